@@ -1,0 +1,79 @@
+"""The device under test: a real device, or a device's policy run through FakeTensorMode.
+
+Checks never call ``torch.autocast`` directly; they ask the target, so the same check
+runs against real hardware and, with ``--fake``, against a device that is not here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from . import devices
+
+
+@dataclass(frozen=True)
+class Target:
+    device: str
+    fake: bool = False
+
+    @property
+    def has_values(self) -> bool:
+        """Fake tensors carry no values: numerics checks do not apply to them."""
+        return not self.fake
+
+    def tensors(self) -> contextlib.AbstractContextManager:
+        """Context in which inputs are built and ops run (FakeTensorMode when fake)."""
+        if not self.fake:
+            return contextlib.nullcontext()
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        return FakeTensorMode(allow_non_fake_inputs=True)
+
+    def autocast(
+        self,
+        dtype: torch.dtype | None = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> contextlib.AbstractContextManager:
+        if not self.fake:
+            return torch.autocast(self.device, dtype=dtype, enabled=enabled,
+                                  cache_enabled=cache_enabled)
+        return _switched_autocast(self.device, dtype, enabled, cache_enabled)
+
+    def __str__(self) -> str:
+        return f"{self.device} (fake)" if self.fake else self.device
+
+
+@contextlib.contextmanager
+def _switched_autocast(
+    device: str, dtype: torch.dtype | None, enabled: bool, cache_enabled: bool | None
+) -> Iterator[None]:
+    """Enter an autocast region by switching the state directly, as torch.autocast would.
+
+    Used where torch.autocast refuses because the hardware is absent; every switch is
+    undone on exit, also when the body raises.
+    """
+    prev_enabled = torch.is_autocast_enabled(device)
+    prev_dtype = torch.get_autocast_dtype(device)
+    prev_cache = torch.is_autocast_cache_enabled()
+    torch.set_autocast_enabled(device, enabled)
+    torch.set_autocast_dtype(device, dtype if dtype is not None else prev_dtype)
+    torch.autocast_increment_nesting()
+    if cache_enabled is not None:
+        torch.set_autocast_cache_enabled(cache_enabled)
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled(device, prev_enabled)
+        torch.set_autocast_dtype(device, prev_dtype)
+        torch.set_autocast_cache_enabled(prev_cache)
+
+
+def fake_supported(device: str) -> bool:
+    return device != "cpu" and devices.has_autocast_kernels(device)
