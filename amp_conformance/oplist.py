@@ -299,9 +299,17 @@ def builtin_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "oplists"
 
 
+MESSAGES_FILE = "messages.toml"
+
+
+def builtin_files() -> list[Path]:
+    """The shipped op-list files (every TOML file but the messages)."""
+    return [p for p in sorted(builtin_dir().glob("*.toml")) if p.name != MESSAGES_FILE]
+
+
 def builtin_devices() -> list[str]:
     devices = set()
-    for path in sorted(builtin_dir().glob("*.toml")):
+    for path in builtin_files():
         meta, _ = read_file(path)
         devices.add(meta["device"])
     return sorted(devices)
@@ -313,7 +321,7 @@ def load(device: str, extra: Iterable[Path | str] = ()) -> OpList:
     A duplicate id is an error unless the later entry says ``override = true``, which
     replaces the earlier entry; ``override`` on an id that does not exist is an error.
     """
-    paths = [p for p in sorted(builtin_dir().glob("*.toml"))]
+    paths = builtin_files()
     merged: dict[str, Entry] = {}
     default = None
     used = []

@@ -1,0 +1,150 @@
+"""Command-line options and the settings resolved from them.
+
+Canonical options carry an ``--amp-`` prefix so the plugin can be installed beside any
+project. The short spellings (``--device``, ``--numerics``, ``--fake``) are aliases added
+only when the host project (its root conftest.py or another plugin) has not defined an
+option of that name: the host keeps its own option, ours stays reachable as ``--amp-*``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from . import devices
+from .target import Target, fake_supported
+
+#: Short aliases and the canonical option each stands for.
+ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake"}
+NUMERICS = ("bitwise", "close")
+
+_OPTIONS = {
+    "--amp-device": dict(
+        dest="amp_device", default="cpu", metavar="TYPE",
+        help="device type whose autocast is checked (default: cpu)",
+    ),
+    "--amp-dtype": dict(
+        dest="amp_dtype", action="append", default=None, metavar="DTYPE",
+        help="autocast dtype to check (bfloat16/float16); repeatable; default: every "
+             "lower-precision dtype the device supports",
+    ),
+    "--amp-numerics": dict(
+        dest="amp_numerics", default="bitwise", choices=NUMERICS,
+        help="compare autocast outputs with the hand-cast control bitwise (default) or "
+             "within per-dtype tolerances (close)",
+    ),
+    "--amp-fake": dict(
+        dest="amp_fake", action="store_true", default=False,
+        help="check the device's policy without the hardware, through FakeTensorMode",
+    ),
+    "--oplist": dict(
+        dest="amp_oplists", action="append", default=[], metavar="PATH",
+        help="extra op-list file (TOML) for the device; repeatable",
+    ),
+    "--backend-module": dict(
+        dest="amp_backend_modules", action="append", default=[], metavar="MODULE",
+        help="module imported before collection to register a backend (e.g. torch_npu); "
+             "repeatable",
+    ),
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("amp-conformance", "autocast conformance suite")
+    for name, kwargs in _OPTIONS.items():
+        group.addoption(name, **kwargs)
+
+
+def _defined_option_names(parser: pytest.Parser) -> set[str]:
+    names: set[str] = set()
+    for group in [parser._anonymous, *parser._groups]:  # pytest keeps no public listing
+        for option in group.options:
+            names.update(option.names())
+    return names
+
+
+def add_aliases(parser: pytest.Parser) -> list[str]:
+    """Add each short alias that nobody else defined; return those added."""
+    taken = _defined_option_names(parser)
+    group = parser.getgroup("amp-conformance")
+    added = []
+    for alias, canonical in ALIASES.items():
+        if alias in taken:
+            continue
+        kwargs = dict(_OPTIONS[canonical])
+        kwargs["help"] = f"alias of {canonical}"
+        kwargs.pop("default", None)
+        kwargs["default"] = _OPTIONS[canonical].get("default")
+        group.addoption(alias, **kwargs)
+        added.append(alias)
+    return added
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the run checks, resolved and validated once per process."""
+
+    device: str
+    amp_dtypes: tuple[torch.dtype, ...]
+    numerics: str
+    fake: bool
+    oplists: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def target(self) -> Target:
+        return Target(self.device, self.fake)
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Validate the options; raise pytest.UsageError with what is allowed."""
+    for module in config.getoption("amp_backend_modules"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise pytest.UsageError(f"--backend-module {module}: cannot import it: {exc}") from None
+    device = config.getoption("amp_device")
+    fake = config.getoption("amp_fake")
+    try:
+        devices.validate(device)
+    except devices.DeviceError as exc:
+        raise pytest.UsageError(f"amp-conformance: {exc}") from None
+    if fake:
+        if not fake_supported(device):
+            raise pytest.UsageError(
+                f"amp-conformance: --fake needs Autocast kernels for {device!r} registered in the "
+                f"running torch ({devices.dispatch_key(device)} has none); use it for a device "
+                "other than cpu whose policy torch registers, e.g. cuda, xpu, mps"
+            )
+    elif not devices.is_available(device):
+        raise pytest.UsageError(
+            f"amp-conformance: device {device!r} is not available here "
+            f"(torch.{device}.is_available() is false), so nothing can be checked on it. "
+            f"Run where the device is present, or add --fake to check its autocast policy "
+            "without the hardware."
+        )
+    supported = devices.supported_amp_dtypes(device, fake)
+    requested = config.getoption("amp_dtype")
+    if requested:
+        try:
+            dtypes = tuple(dict.fromkeys(devices.parse_dtype(n) for n in requested))
+        except devices.DeviceError as exc:
+            raise pytest.UsageError(f"amp-conformance: {exc}") from None
+        unsupported = [d for d in dtypes if d not in supported]
+        if unsupported:
+            raise pytest.UsageError(
+                f"amp-conformance: {device} autocast does not support "
+                f"{', '.join(map(str, unsupported))}; it supports {', '.join(map(str, supported))}"
+            )
+    else:
+        dtypes = tuple(supported)
+    return Settings(
+        device=device,
+        amp_dtypes=dtypes,
+        numerics=config.getoption("amp_numerics"),
+        fake=fake,
+        oplists=tuple(config.getoption("amp_oplists")),
+    )

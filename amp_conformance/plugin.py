@@ -1,0 +1,94 @@
+"""The amp-conformance pytest plugin: every hook in one place.
+
+Registered through the ``pytest11`` entry point, so it is active wherever the package is
+installed; it only parametrizes tests that ask for its fixtures, and only validates the
+device when the run collects the conformance suite.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from . import generate, options
+from .options import Settings
+from .oplist import OpListError
+from .target import Target
+
+_SETTINGS = pytest.StashKey[Settings]()
+
+MARKERS = (
+    "amp_check(name): the conformance check an item performs (policy, numerics, outside, "
+    "legacy, or a named device-generic check)",
+    "amp_needs_values: the check compares values, so it does not apply to fake tensors",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    # The host project's root conftest has now added its options: take the aliases it left.
+    result = yield
+    options.add_aliases(parser)
+    return result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+def settings(config: pytest.Config) -> Settings:
+    """The run's settings, validated on first use (raises pytest.UsageError)."""
+    if _SETTINGS not in config.stash:
+        resolved = options.resolve(config)
+        try:
+            lists = generate.load_oplist(resolved.device, resolved.oplists)
+        except OpListError as exc:
+            raise pytest.UsageError(f"amp-conformance: bad op list: {exc}") from None
+        unused = set(resolved.oplists) - set(lists.paths)
+        if unused:
+            raise pytest.UsageError(
+                f"amp-conformance: --oplist {', '.join(sorted(unused))} describes another "
+                f"device than {resolved.device!r} (see its [list] device)"
+            )
+        config.stash[_SETTINGS] = resolved
+    return config.stash[_SETTINGS]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config):
+    # Validate before the session starts, so a bad device fails the run with a usage
+    # error: a device that is absent must never look green.
+    if not (config.option.help or config.option.version):
+        settings(config)
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    s = settings(config)
+    dtypes = ", ".join(str(d).removeprefix("torch.") for d in s.amp_dtypes)
+    mode = "fake (FakeTensorMode, no numerics)" if s.fake else "real"
+    return [
+        f"amp-conformance: torch {torch.__version__}, device {s.device} ({mode}), "
+        f"autocast dtypes {dtypes}, numerics {s.numerics}"
+    ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    generate.parametrize(metafunc, settings(metafunc.config))
+
+
+@pytest.fixture(scope="session")
+def amp_settings(request: pytest.FixtureRequest) -> Settings:
+    """The validated options of this run."""
+    return settings(request.config)
+
+
+@pytest.fixture(scope="session")
+def amp_target(amp_settings: Settings) -> Target:
+    """The device under test (real, or its policy through FakeTensorMode)."""
+    return amp_settings.target

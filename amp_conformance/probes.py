@@ -1,0 +1,51 @@
+"""Instruments for the device-generic checks: count casts, probe what autocast does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .argspec import other_device
+
+
+class CastCounter(TorchDispatchMode):
+    """Counts the dtype conversions (``aten._to_copy``) autocast makes of one tensor.
+
+    Autocast casts by calling ``Tensor.to``, which reaches the Python dispatch key
+    below the Autocast keys, so the mode sees every cast, cached or not.
+    """
+
+    def __init__(self, tensor: torch.Tensor):
+        super().__init__()
+        self.tensor = tensor
+        self.casts: list[torch.dtype] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args and args[0] is self.tensor:
+            self.casts.append(kwargs.get("dtype"))
+        return func(*args, **kwargs)
+
+    @property
+    def count(self) -> int:
+        return len(self.casts)
+
+
+def probe(device: str, **tensor_kwargs: Any) -> torch.dtype:
+    """The dtype torch.mm (lower precision in every registered policy) returns here."""
+    a = torch.ones(4, 4, device=device, **tensor_kwargs)
+    return torch.mm(a, a).dtype
+
+
+def weight_and_input(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float32 leaf that requires grad (a parameter) and an input for torch.mm."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
+    x = torch.randn(8, 8, generator=g).to(device).requires_grad_()
+    return w, x
+
+
+def ineligible_device(device: str) -> str:
+    return other_device(device)

@@ -1,0 +1,5 @@
+"""The conformance suite: thin test modules parametrized by the amp-conformance plugin.
+
+Run it with ``pytest --pyargs amp_conformance --device <type>`` once the package is
+installed. The project's own tests (of the suite itself) live in ``tests/``.
+"""

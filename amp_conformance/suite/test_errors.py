@@ -1,0 +1,107 @@
+"""Error paths of torch.autocast: bad device, bad dtype, bad decorator use, absent device."""
+
+import warnings
+
+import pytest
+import torch
+
+from amp_conformance import devices, messages
+from amp_conformance.probes import probe
+from amp_conformance.state import unchanged_autocast_state
+
+pytestmark = pytest.mark.amp_check("errors")
+
+
+def _message(message_id):
+    m = messages.expected(message_id)
+    if m is None:
+        pytest.skip(f"no recorded wording of {message_id!r} for torch {torch.__version__}")
+    return m
+
+
+def test_invalid_device_string():
+    m = _message("invalid_device")
+    with unchanged_autocast_state("cpu", "the check"):
+        with pytest.raises(RuntimeError) as info:
+            torch.autocast("not a real device")
+    assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
+
+
+def test_is_autocast_available_rejects_invalid_device():
+    m = _message("invalid_device")
+    with pytest.raises(RuntimeError) as info:
+        torch.amp.is_autocast_available("not a real device")
+    assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
+
+
+def test_non_string_device_type(amp_target):
+    m = _message("non_string_device_type")
+    with unchanged_autocast_state(amp_target.device, "the check"):
+        with pytest.raises(ValueError) as info:
+            torch.autocast(torch.device(amp_target.device))
+    assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
+
+
+def test_decorator_rejects_non_callable(amp_target):
+    if amp_target.fake:
+        pytest.skip("not applicable in --fake mode: torch.autocast refuses the absent device")
+    m = _message("not_callable")
+    with unchanged_autocast_state(amp_target.device, "the check"):
+        with pytest.raises(TypeError) as info:
+            torch.autocast(amp_target.device)(torch.ones(1))
+    assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
+
+
+def test_unsupported_dtype_warns_and_disables(amp_target):
+    """float64 is no autocast dtype: torch.autocast warns and runs with autocast off."""
+    dev = amp_target.device
+    if amp_target.fake:
+        pytest.skip("not applicable in --fake mode: torch.autocast refuses the absent device")
+    if dev == "cuda":
+        pytest.skip("cuda rejects only bfloat16 on devices without it (see the bf16 check)")
+    supported = devices.supported_amp_dtypes(dev)
+    with unchanged_autocast_state(dev, "the check"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autocast(dev, dtype=torch.float64):
+                enabled, out = torch.is_autocast_enabled(dev), probe(dev)
+    user = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert user, "no UserWarning for an unsupported autocast dtype"
+    assert not enabled and out == torch.float32, (
+        f"after the warning autocast is enabled={enabled} and torch.mm gave {out}; it must be off"
+    )
+    m = messages.expected("unsupported_dtype")
+    if m is None:
+        pytest.skip(f"warned and disabled; no recorded wording for torch {torch.__version__}")
+    fields = {"DEVICE": dev.upper(), "device": dev,
+              "SUPPORTED": ", ".join(map(str, [torch.bfloat16, torch.float16]))}
+    if dev == devices.privateuse1_name():
+        fields["DEVICE"] = dev
+        fields["SUPPORTED"] = ", ".join(map(str, supported))
+    assert any(m.matches(u, **fields) for u in user), f"warnings {user}, expected {m.text.format(**fields)!r}"
+
+
+def test_unavailable_cuda_warns_and_disables():
+    """torch.autocast('cuda') where CUDA is absent warns and leaves autocast off."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the unavailable-device path cannot be exercised")
+    m = _message("cuda_unavailable")
+    with unchanged_autocast_state("cuda", "the check"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autocast("cuda"):
+                enabled = torch.is_autocast_enabled("cuda")
+    user = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert not enabled, "torch.autocast('cuda') enabled autocast although CUDA is absent"
+    assert any(m.matches(u) for u in user), f"warnings {user}, expected {m.text!r}"
+
+
+def test_cuda_bfloat16_unsupported_raises(amp_target):
+    if amp_target.device != "cuda" or amp_target.fake:
+        pytest.skip("not applicable: a check of real CUDA devices")
+    if torch.cuda.is_bf16_supported():
+        pytest.skip("this CUDA device supports bfloat16")
+    m = _message("cuda_bf16_unsupported")
+    with pytest.raises(RuntimeError) as info:
+        torch.autocast("cuda", dtype=torch.bfloat16)
+    assert m.matches(str(info.value))

@@ -1,0 +1,31 @@
+"""Per-entry checks of the op lists: one item per (device, autocast dtype, entry)."""
+
+import pytest
+
+from amp_conformance import harness
+
+
+@pytest.mark.amp_check("policy")
+def test_policy(amp_case):
+    """Inside autocast each variant gives the expected dtype and the variants agree;
+    a banned op raises its documented error inside and runs outside."""
+    harness.check_policy(amp_case)
+
+
+@pytest.mark.amp_check("numerics")
+def test_numerics(amp_case):
+    """The autocast output equals a control computed with autocast disabled on inputs
+    cast by hand to the policy's dtype (bitwise, or close with --numerics close)."""
+    harness.check_numerics(amp_case)
+
+
+@pytest.mark.amp_check("outside")
+def test_outside(amp_case):
+    """Outside autocast the same call runs in its input dtypes, untouched."""
+    harness.check_outside(amp_case)
+
+
+@pytest.mark.amp_check("legacy")
+def test_legacy(amp_case):
+    """The legacy torch.<device>.amp.autocast gives torch.autocast's result and warns."""
+    harness.check_legacy(amp_case)
