@@ -1,0 +1,33 @@
+"""``python -m amp_conformance <command>``: the suite's command-line tools.
+
+Each command lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only lists them, so adding one is one line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: command name -> (module, one-line help)
+COMMANDS = {
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amp_conformance", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
