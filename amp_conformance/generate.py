@@ -20,7 +20,7 @@ CASE_FIXTURE = "amp_case"
 DTYPE_FIXTURE = "amp_dtype"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_oplist(device: str, extra: tuple[str, ...]) -> oplist.OpList:
     return oplist.load(device, extra)
 

@@ -37,7 +37,8 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.target.device}-{devices.dtype_name(self.amp_dtype)}-{self.entry.category}-{self.entry.id}"
+        dtype = devices.dtype_name(self.amp_dtype)
+        return f"{self.target.device}-{dtype}-{self.entry.category}-{self.entry.id}"
 
     @property
     def seed(self) -> int:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-import tomllib
 from dataclasses import dataclass
 
+import tomllib
 import torch
 from torch.torch_version import TorchVersion
 
@@ -31,7 +31,7 @@ class Message:
         return actual.startswith(expected) if self.match == "prefix" else actual == expected
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all() -> tuple[Message, ...]:
     path = builtin_dir() / "messages.toml"
     data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import tomllib
 import torch
 from torch.torch_version import TorchVersion
 
@@ -25,24 +25,41 @@ ENTRY_KEYS = {
     "expect_outside", "since", "until", "tolerance", "skip", "amp_dtypes", "error", "note",
     "override",
 }
-LIST_KEYS = {"device", "default_amp_dtype", "source", "description"}
+LIST_KEYS = {"device", "default_amp_dtype", "source", "description", "derive_from", "drop"}
+EXCLUDE_KEYS = {"overload", "reason", "since", "until"}
+DROP_KEYS = {"id", "overload", "reason"}
 SKIP_CONDITIONS = {"amp_dtype", "hip", "numerics", "fake"}
 CASTS = ("amp", "float32", "widest", "none")
 _ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+#: A dispatcher operator name with an optional overload: ``aten::norm.Scalar``.
+_OVERLOAD = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$")
 
 
 class OpListError(ValueError):
     """A malformed op list: the message names the file, entry id and field."""
 
-    def __init__(self, path: Path | str, entry: str | None, field: str | None, message: str):
+    def __init__(
+        self, path: Path | str, entry: str | None, field: str | None, message: str,
+        kind: str = "entry",
+    ):
         where = str(path)
         if entry is not None:
-            where += f": entry {entry!r}"
+            where += f": {kind} {entry!r}"
         if field is not None:
             where += f": field {field!r}"
         super().__init__(f"{where}: {message}")
         self.path, self.entry, self.field = str(path), entry, field
+        self.kind = kind
+
+
+def _version_gap(since: str | None, until: str | None, version: str | None) -> str | None:
+    v = TorchVersion(version or torch.__version__)
+    if since and v < since:
+        return f"not applicable: needs torch >= {since}, running {v}"
+    if until and v >= until:
+        return f"not applicable: removed in torch {until}, running {v}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -88,12 +105,7 @@ class Entry:
 
     def version_gap(self, version: str | None = None) -> str | None:
         """Why this entry does not apply to the running torch, or None if it does."""
-        v = TorchVersion(version or torch.__version__)
-        if self.since and v < self.since:
-            return f"not applicable: needs torch >= {self.since}, running {v}"
-        if self.until and v >= self.until:
-            return f"not applicable: removed in torch {self.until}, running {v}"
-        return None
+        return _version_gap(self.since, self.until, version)
 
     @property
     def qualname(self) -> str:
@@ -103,11 +115,65 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """An overload of the device's policy that the list deliberately leaves unexercised.
+
+    Only for overloads that cannot be reached from Python or that need hardware features
+    (the coverage check counts them apart from covered ones and prints each reason).
+    """
+
+    overload: str
+    reason: str
+    since: str | None = None
+    until: str | None = None
+    path: str = ""
+    device: str = ""
+
+    def version_gap(self, version: str | None = None) -> str | None:
+        """Why this exclusion does not apply to the running torch, or None if it does."""
+        return _version_gap(self.since, self.until, version)
+
+
+@dataclass(frozen=True)
+class Drop:
+    """An entry (``id``) or exclusion (``overload``) of the base list a derived list removes."""
+
+    id: str | None
+    overload: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ListFile:
+    """One parsed op-list file: its ``[list]`` table, entries and exclusions."""
+
+    path: str
+    meta: Mapping[str, Any]
+    entries: tuple[Entry, ...]
+    exclusions: tuple[Exclusion, ...]
+    drops: tuple[Drop, ...] = ()
+
+    @property
+    def device(self) -> str:
+        return self.meta["device"]
+
+    @property
+    def derive_from(self) -> str | None:
+        return self.meta.get("derive_from")
+
+
+@dataclass(frozen=True)
 class OpList:
     device: str
     default_amp_dtype: str | None
     entries: tuple[Entry, ...]
     paths: tuple[str, ...]
+    #: Overloads deliberately left unexercised, each with its reason (see Exclusion).
+    exclusions: tuple[Exclusion, ...] = ()
+    #: The device whose lists this one starts from (``[list] derive_from``), if any.
+    derived_from: str | None = None
+    #: What the derivation removed from the base list, with reasons.
+    drops: tuple[Drop, ...] = ()
 
 
 def module_for(namespace: str) -> Any:
@@ -175,13 +241,15 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
         _fail(path, f"#{index}", "id", f"expected an id of letters, digits and _.+-, got {eid!r}")
     unknown = set(raw) - ENTRY_KEYS
     if unknown:
-        _fail(path, eid, sorted(unknown)[0], f"unknown field; allowed: {', '.join(sorted(ENTRY_KEYS))}")
+        _fail(path, eid, sorted(unknown)[0],
+              f"unknown field; allowed: {', '.join(sorted(ENTRY_KEYS))}")
     op = _string(raw, "op", path, eid, required=True)
     category_name = _string(raw, "category", path, eid, required=True, choices=list(CATEGORIES))
     category = CATEGORIES[category_name]
     namespace = raw.get("namespace", category.namespace)
     if namespace is not None and namespace not in NAMESPACES:
-        _fail(path, eid, "namespace", f"unknown namespace {namespace!r}; allowed: {', '.join(NAMESPACES)}")
+        _fail(path, eid, "namespace",
+              f"unknown namespace {namespace!r}; allowed: {', '.join(NAMESPACES)}")
     method = raw.get("method")
     if method is not None and not isinstance(method, bool):
         _fail(path, eid, "method", "expected true or false")
@@ -230,11 +298,14 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
             _fail(path, eid, f"{fname}.{sorted(bad)[0]}",
                   f"unknown skip condition; allowed: {', '.join(sorted(SKIP_CONDITIONS))}")
         if not conditions:
-            _fail(path, eid, fname, "a skip needs at least one condition (amp_dtype, hip, numerics, fake)")
+            _fail(path, eid, fname,
+                  "a skip needs at least one condition (amp_dtype, hip, numerics, fake)")
         skips.append(Skip(s["reason"], conditions))
     amp_dtypes = raw.get("amp_dtypes")
     if amp_dtypes is not None:
-        if not isinstance(amp_dtypes, list) or not all(d in ("float16", "bfloat16") for d in amp_dtypes):
+        if not isinstance(amp_dtypes, list) or not all(
+            d in ("float16", "bfloat16") for d in amp_dtypes
+        ):
             _fail(path, eid, "amp_dtypes", "expected a list of 'float16' / 'bfloat16'")
         amp_dtypes = tuple(amp_dtypes)
     error = _string(raw, "error", path, eid)
@@ -259,7 +330,72 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
     return entry
 
 
-def read_file(path: Path | str) -> tuple[dict, list[Entry]]:
+def _known_overloads() -> frozenset[str]:
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
+
+def parse_exclusion(raw: Any, path: Path | str, index: int, device: str) -> Exclusion:
+    """One ``[[exclude]]`` table: an overload, the written reason, optional version bounds."""
+    def fail(name: str | None, field_name: str | None, message: str):
+        raise OpListError(path, name, field_name, message, kind="exclude")
+
+    if not isinstance(raw, dict):
+        fail(f"#{index}", None, "an exclusion must be a table ([[exclude]])")
+    overload = raw.get("overload")
+    if not isinstance(overload, str) or not _OVERLOAD.match(overload):
+        fail(f"#{index}", "overload",
+             f"expected an operator overload like 'aten::norm.Scalar', got {overload!r}")
+    unknown = set(raw) - EXCLUDE_KEYS
+    if unknown:
+        fail(overload, sorted(unknown)[0],
+             f"unknown field; allowed: {', '.join(sorted(EXCLUDE_KEYS))}")
+    reason = raw.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        fail(overload, "reason", "every exclusion needs a written reason")
+    bounds = {}
+    for key in ("since", "until"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not _VERSION.match(value)):
+            fail(overload, key, f"expected a version like '2.6', got {value!r}")
+        bounds[key] = value
+    exclusion = Exclusion(overload, reason, bounds["since"], bounds["until"], str(path), device)
+    if exclusion.version_gap() is None and overload not in _known_overloads():
+        fail(overload, "overload",
+             f"unknown overload: the dispatcher of torch {torch.__version__} has no {overload}")
+    return exclusion
+
+
+def _parse_drops(meta: dict, path: Path) -> tuple[Drop, ...]:
+    raw = meta.get("drop", [])
+    if not isinstance(raw, list):
+        _fail(path, None, "list.drop", "expected an array of {id = ..., reason = ...} tables")
+    drops = []
+    for i, d in enumerate(raw):
+        where = f"list.drop[{i}]"
+        if not isinstance(d, dict):
+            _fail(path, None, where, "expected a table {id = ..., reason = ...}")
+        unknown = set(d) - DROP_KEYS
+        if unknown:
+            _fail(path, None, f"{where}.{sorted(unknown)[0]}",
+                  f"unknown field; allowed: {', '.join(sorted(DROP_KEYS))}")
+        if ("id" in d) == ("overload" in d):
+            _fail(path, None, where, "a drop names exactly one of 'id' (an entry) or "
+                                     "'overload' (an exclusion) of the base list")
+        target = d.get("id", d.get("overload"))
+        if not isinstance(target, str) or not target:
+            _fail(path, None, f"{where}.{'id' if 'id' in d else 'overload'}",
+                  f"expected a non-empty string, got {target!r}")
+        reason = d.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            _fail(path, None, f"{where}.reason", "every drop needs a written reason")
+        drops.append(Drop(d.get("id"), d.get("overload"), reason))
+    if drops and not meta.get("derive_from"):
+        _fail(path, None, "list.drop", "drop only applies to a list with derive_from")
+    return tuple(drops)
+
+
+def parse_file(path: Path | str) -> ListFile:
+    """Parse and validate one op-list file (entries, exclusions, derivation)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -267,26 +403,58 @@ def read_file(path: Path | str) -> tuple[dict, list[Entry]]:
         raise OpListError(path, None, None, "no such op-list file") from None
     except tomllib.TOMLDecodeError as exc:
         raise OpListError(path, None, None, f"not valid TOML: {exc}") from None
-    unknown = set(data) - {"list", "entry"}
+    unknown = set(data) - {"list", "entry", "exclude"}
     if unknown:
-        _fail(path, None, sorted(unknown)[0], "unknown top-level table; allowed: [list], [[entry]]")
+        _fail(path, None, sorted(unknown)[0],
+              "unknown top-level table; allowed: [list], [[entry]], [[exclude]]")
     meta = data.get("list")
     if not isinstance(meta, dict):
         _fail(path, None, "list", "missing [list] table with the device it describes")
     bad = set(meta) - LIST_KEYS
     if bad:
-        _fail(path, None, f"list.{sorted(bad)[0]}", f"unknown field; allowed: {', '.join(sorted(LIST_KEYS))}")
+        _fail(path, None, f"list.{sorted(bad)[0]}",
+              f"unknown field; allowed: {', '.join(sorted(LIST_KEYS))}")
     device = meta.get("device")
     if not isinstance(device, str) or not device:
         _fail(path, None, "list.device", "expected the device type this list describes")
     default = meta.get("default_amp_dtype")
     if default is not None and default not in ("float16", "bfloat16"):
         _fail(path, None, "list.default_amp_dtype", "expected 'float16' or 'bfloat16'")
+    base = meta.get("derive_from")
+    if base is not None and (not isinstance(base, str) or not base or base == device):
+        _fail(path, None, "list.derive_from",
+              f"expected the device type of another list to start from, got {base!r}")
+    drops = _parse_drops(meta, path)
     raw_entries = data.get("entry", [])
     if not isinstance(raw_entries, list):
         _fail(path, None, "entry", "expected [[entry]] tables")
-    entries = [parse_entry(raw, path, i, device) for i, raw in enumerate(raw_entries)]
-    return meta, entries
+    entries = []
+    seen = set()
+    for i, raw in enumerate(raw_entries):
+        entry = parse_entry(raw, path, i, device)
+        if entry.id in seen:
+            _fail(path, entry.id, "id", "duplicate id in this file")
+        seen.add(entry.id)
+        entries.append(entry)
+    raw_excludes = data.get("exclude", [])
+    if not isinstance(raw_excludes, list):
+        _fail(path, None, "exclude", "expected [[exclude]] tables")
+    exclusions = []
+    excluded = set()
+    for i, raw in enumerate(raw_excludes):
+        exclusion = parse_exclusion(raw, path, i, device)
+        if exclusion.overload in excluded:
+            raise OpListError(path, exclusion.overload, "overload",
+                              "duplicate exclusion in this file", kind="exclude")
+        excluded.add(exclusion.overload)
+        exclusions.append(exclusion)
+    return ListFile(str(path), meta, tuple(entries), tuple(exclusions), drops)
+
+
+def read_file(path: Path | str) -> tuple[dict, list[Entry]]:
+    """The ``[list]`` table and entries of one file (see parse_file for everything)."""
+    parsed = parse_file(path)
+    return dict(parsed.meta), list(parsed.entries)
 
 
 def builtin_dir() -> Path:
@@ -310,8 +478,7 @@ def builtin_files() -> list[Path]:
 def builtin_devices() -> list[str]:
     devices = set()
     for path in builtin_files():
-        meta, _ = read_file(path)
-        devices.add(meta["device"])
+        devices.add(parse_file(path).device)
     return sorted(devices)
 
 
@@ -320,28 +487,74 @@ def load(device: str, extra: Iterable[Path | str] = ()) -> OpList:
 
     A duplicate id is an error unless the later entry says ``override = true``, which
     replaces the earlier entry; ``override`` on an id that does not exist is an error.
+    A list with ``[list] derive_from = "<base>"`` starts from the base device's built-in
+    lists (entries and exclusions), minus what its ``drop`` tables remove, each with a
+    reason; its own entries then add to or override them.
     """
-    paths = builtin_files()
+    return _load(device, tuple(map(Path, extra)), ())
+
+
+def _load(device: str, extra: tuple[Path, ...], chain: tuple[str, ...]) -> OpList:
+    files = [parse_file(p) for p in [*builtin_files(), *extra]]
+    mine = [f for f in files if f.device == device]
+    bases = {f.derive_from: f for f in mine if f.derive_from}
+    if len(bases) > 1:
+        first, second = list(bases.values())[:2]
+        _fail(second.path, None, "list.derive_from",
+              f"derives {device} from {second.derive_from!r}, but {first.path} derives it "
+              f"from {first.derive_from!r}")
     merged: dict[str, Entry] = {}
+    exclusions: dict[str, Exclusion] = {}
     default = None
-    used = []
-    for path in [*paths, *map(Path, extra)]:
-        meta, entries = read_file(path)
-        if meta["device"] != device:
-            continue
-        used.append(str(path))
-        default = meta.get("default_amp_dtype", default)
-        seen_here = set()
-        for entry in entries:
-            if entry.id in seen_here:
-                _fail(path, entry.id, "id", "duplicate id in this file")
-            seen_here.add(entry.id)
+    used: list[str] = []
+    derived_from = None
+    drops: list[Drop] = []
+    if bases:
+        ((derived_from, origin),) = bases.items()
+        if derived_from in chain or derived_from == device:
+            _fail(origin.path, None, "list.derive_from",
+                  f"circular derivation: {' -> '.join([*chain, device, derived_from])}")
+        base = _load(derived_from, (), (*chain, device))
+        if not base.entries:
+            _fail(origin.path, None, "list.derive_from",
+                  f"no built-in list describes {derived_from!r}")
+        used.extend(base.paths)
+        default = base.default_amp_dtype
+        merged = {e.id: replace(e, device=device) for e in base.entries}
+        exclusions = {x.overload: replace(x, device=device) for x in base.exclusions}
+        for f in mine:
+            for i, drop in enumerate(f.drops):
+                where = f"list.drop[{i}]"
+                if drop.id is not None:
+                    if merged.pop(drop.id, None) is None:
+                        _fail(f.path, None, f"{where}.id",
+                              f"{drop.id!r} is no entry of the {derived_from} list")
+                elif exclusions.pop(drop.overload, None) is None:
+                    _fail(f.path, None, f"{where}.overload",
+                          f"{drop.overload!r} is no exclusion of the {derived_from} list")
+                drops.append(drop)
+    inherited = set(merged)
+    for f in mine:
+        used.append(f.path)
+        default = f.meta.get("default_amp_dtype", default)
+        for entry in f.entries:
             if entry.extra["override"]:
                 if entry.id not in merged:
-                    _fail(path, entry.id, "override", "overrides an id that no earlier list defines")
+                    _fail(f.path, entry.id, "override",
+                          "overrides an id that no earlier list defines")
             elif entry.id in merged:
-                _fail(path, entry.id, "id",
-                      f"duplicate id (first defined in {merged[entry.id].path}); "
-                      "set override = true to replace it")
+                hint = (f"inherited from {derived_from}; set override = true to replace it"
+                        if entry.id in inherited else "set override = true to replace it")
+                _fail(f.path, entry.id, "id",
+                      f"duplicate id (first defined in {merged[entry.id].path}); {hint}")
             merged[entry.id] = entry
-    return OpList(device, default, tuple(merged.values()), tuple(used))
+        for exclusion in f.exclusions:
+            if exclusion.overload in exclusions:
+                raise OpListError(
+                    f.path, exclusion.overload, "overload",
+                    f"duplicate exclusion (first in {exclusions[exclusion.overload].path})",
+                    kind="exclude",
+                )
+            exclusions[exclusion.overload] = exclusion
+    return OpList(device, default, tuple(merged.values()), tuple(used), tuple(exclusions.values()),
+                  derived_from, tuple(drops))

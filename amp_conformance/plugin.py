@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from . import generate, options
-from .options import Settings
 from .oplist import OpListError
+from .options import Settings
 from .target import Target
 
 _SETTINGS = pytest.StashKey[Settings]()

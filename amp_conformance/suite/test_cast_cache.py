@@ -33,13 +33,15 @@ def test_cache_disabled_casts_every_time(amp_target, amp_dtype):
             assert not torch.is_autocast_cache_enabled(), "cache_enabled=False left the cache on"
             torch.mm(x, w)
             torch.mm(x, w)
-    assert counter.count == 2, f"with cache_enabled=False the weight was cast {counter.count} times, expected 2"
+    assert counter.count == 2, (
+        f"with cache_enabled=False the weight was cast {counter.count} times, expected 2"
+    )
 
 
 def test_registered_cached_tensor_is_not_cached(amp_target, amp_dtype):
     """Tensors registered with torch._C._add_cached_tensor are left out of the cast cache."""
     w, x = weight_and_input(amp_target.device)
-    previously = torch._C._is_cached_tensors_enabled() if hasattr(torch._C, "_is_cached_tensors_enabled") else False
+    previously = getattr(torch._C, "_is_cached_tensors_enabled", lambda: False)()
     torch._C._set_cached_tensors_enabled(True)
     torch._C._add_cached_tensor(w)
     try:
@@ -50,7 +52,9 @@ def test_registered_cached_tensor_is_not_cached(amp_target, amp_dtype):
     finally:
         torch._C._remove_cached_tensor(w)
         torch._C._set_cached_tensors_enabled(previously)
-    assert counter.count == 2, f"a registered cached tensor was cast {counter.count} times, expected 2 (not cached)"
+    assert counter.count == 2, (
+        f"a registered cached tensor was cast {counter.count} times, expected 2 (not cached)"
+    )
 
 
 def test_non_leaf_is_not_cached(amp_target, amp_dtype):
