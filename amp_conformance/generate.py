@@ -36,7 +36,7 @@ def cases(settings: Settings) -> list[Case]:
 
 def not_applicable(check: str, case: Case) -> str | None:
     """Why ``check`` does not apply to ``case``, or None when it does."""
-    reason = case.skip_reason()
+    reason = case.skip_reason(check)
     if reason:
         return reason
     device, fake, policy = case.target.device, case.target.fake, case.entry.policy

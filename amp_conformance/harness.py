@@ -44,7 +44,7 @@ class Case:
     def seed(self) -> int:
         return zlib.crc32(self.entry.id.encode()) & 0x7FFFFFFF
 
-    def skip_reason(self) -> str | None:
+    def skip_reason(self, check: str | None = None) -> str | None:
         entry = self.entry
         gap = entry.version_gap()
         if gap:
@@ -53,7 +53,7 @@ class Case:
         if entry.amp_dtypes is not None and name not in entry.amp_dtypes:
             return f"not applicable: entry {entry.id} is listed for {', '.join(entry.amp_dtypes)} only"
         for skip in entry.skips:
-            if skip.applies(self.amp_dtype, self.numerics, self.target.fake):
+            if skip.applies(self.amp_dtype, self.numerics, self.target.fake, check):
                 return skip.reason
         return None
 

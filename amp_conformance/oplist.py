@@ -28,7 +28,8 @@ ENTRY_KEYS = {
 LIST_KEYS = {"device", "default_amp_dtype", "source", "description", "derive_from", "drop"}
 EXCLUDE_KEYS = {"overload", "reason", "since", "until"}
 DROP_KEYS = {"id", "overload", "reason"}
-SKIP_CONDITIONS = {"amp_dtype", "hip", "numerics", "fake"}
+SKIP_CONDITIONS = {"amp_dtype", "hip", "numerics", "fake", "check"}
+CHECKS = ("policy", "numerics", "outside", "legacy")
 CASTS = ("amp", "float32", "widest", "none")
 _ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -67,12 +68,13 @@ class Skip:
     reason: str
     conditions: Mapping[str, Any]
 
-    def applies(self, amp_dtype: torch.dtype, numerics: str, fake: bool) -> bool:
+    def applies(self, amp_dtype: torch.dtype, numerics: str, fake: bool, check: str | None) -> bool:
         values = {
             "amp_dtype": str(amp_dtype).removeprefix("torch."),
             "hip": torch.version.hip is not None,
             "numerics": numerics,
             "fake": fake,
+            "check": check,
         }
         return all(values[k] == v for k, v in self.conditions.items())
 
