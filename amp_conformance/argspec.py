@@ -203,10 +203,22 @@ class Builder:
         dtype = resolve_dtype(spec.dtype, self.amp_dtype)
         device = other_device(self.device) if spec.other_device else self.device
         t = _host_tensor(spec, dtype, self.generator)
-        t = t.to(device=device, dtype=dtype)
+        if _is_fake(t) and t.device.type != device:
+            # A fake host tensor cannot be copied to a device this torch was not built for;
+            # fake tensors carry no values, so an empty one of the same shape stands in.
+            t = torch.empty(t.shape, dtype=dtype, device=device)
+        else:
+            t = t.to(device=device, dtype=dtype)
         if spec.requires_grad:
             t.requires_grad_(True)
         return t
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """Whether ``t`` was made under FakeTensorMode (the --fake target builds inputs there)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
 
 
 def _host_tensor(spec: TensorSpec, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
