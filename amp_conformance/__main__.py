@@ -12,6 +12,8 @@ import sys
 
 #: command name -> (module, one-line help)
 COMMANDS = {
+    "coverage": ("amp_conformance.coverage",
+                 "which overloads of a device's autocast policy the op lists exercise"),
 }
 
 
