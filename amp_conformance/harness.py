@@ -127,7 +127,10 @@ def _dtype_for(name: str, case: Case, args: tuple, kwargs: dict) -> torch.dtype 
     return argspec.DTYPES[name]
 
 
-def expected_inside(case: Case, args: tuple, kwargs: dict) -> torch.dtype | None:
+def expected_inside(case: Case, args: tuple, kwargs: dict) -> Any:
+    """The output dtype, or a tuple with one dtype per output tensor (mixed outputs)."""
+    if isinstance(case.entry.expect, tuple):
+        return tuple(_dtype_for(name, case, args, kwargs) for name in case.entry.expect)
     return _dtype_for(case.entry.expect, case, args, kwargs)
 
 
@@ -231,8 +234,12 @@ def _fail(case: Case, problems: list[str], variant: str, expected, region="insid
     )
 
 
-def _dtype_problems(name: str, out: Any, expected: torch.dtype | None, where: str) -> list[str]:
+def _dtype_problems(name: str, out: Any, expected: Any, where: str) -> list[str]:
     got = output_dtypes(out)
+    if isinstance(expected, tuple):
+        if tuple(got) != expected:
+            return [f"{name} {where}: output dtypes {got}, expected {list(expected)}"]
+        return []
     if expected is None:
         return [] if not got else [f"{name} {where}: returned tensors of {got}, expected no tensor"]
     if not got:
@@ -253,15 +260,20 @@ def _variants(case: Case) -> list[tuple[str, Any]]:
     return found
 
 
-def check_policy(case: Case) -> None:
-    """Inside autocast: every variant gives the expected dtype and the variants agree."""
+def check_policy(case: Case, observed: dict | None = None) -> None:
+    """Inside autocast: every variant gives the expected dtype and the variants agree.
+
+    ``observed``, when given, receives what each variant did (output dtypes or the error),
+    for reports and drift between torch versions, whether the check passes or not.
+    """
+    observed = {} if observed is None else observed
     dev = case.target.device
     found = _variants(case)
     with unchanged_autocast_state(dev, f"the policy check of {case.entry.qualname}"):
         with case.target.tensors():
             args, kwargs = case.build_inputs()
             if case.entry.policy == "banned":
-                _check_banned(case, found, args, kwargs)
+                _check_banned(case, found, args, kwargs, observed)
                 return
             expected = expected_inside(case, args, kwargs)
             outputs = []
@@ -272,6 +284,7 @@ def check_policy(case: Case) -> None:
                     outputs.append((name, fn(*args, **kwargs)))
             problems = []
             for name, out in outputs:
+                observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
                 problems += _dtype_problems(name, out, expected, "inside autocast")
             if problems:
                 _fail(case, problems, outputs[0][0], expected)
@@ -287,13 +300,15 @@ def check_policy(case: Case) -> None:
                     _fail(case, [str(exc)], name, expected)
 
 
-def _check_banned(case: Case, found, args, kwargs) -> None:
+def _check_banned(case: Case, found, args, kwargs, observed: dict) -> None:
     pattern = re.escape(case.entry.error or "")
     for name, fn in found:
         with case.target.autocast(case.amp_dtype):
             try:
-                fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
             except RuntimeError as exc:
+                observed[name] = f"error: {str(exc).splitlines()[0]}"
                 if not re.search(pattern, str(exc)):
                     _fail(case, [f"{name} raised {str(exc).splitlines()[0]!r}, "
                                  f"expected {case.entry.error!r}"], name, None)

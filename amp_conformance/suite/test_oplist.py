@@ -6,10 +6,14 @@ from amp_conformance import harness
 
 
 @pytest.mark.amp_check("policy")
-def test_policy(amp_case):
+def test_policy(amp_case, record_property):
     """Inside autocast each variant gives the expected dtype and the variants agree;
     a banned op raises its documented error inside and runs outside."""
-    harness.check_policy(amp_case)
+    observed = {}
+    try:
+        harness.check_policy(amp_case, observed)
+    finally:
+        record_property("amp_observed", observed)
 
 
 @pytest.mark.amp_check("numerics")
