@@ -22,7 +22,7 @@ import torch
 DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
     for name in (
-        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
         "int8", "int16", "int32", "int64", "uint8", "bool",
     )
 }

@@ -35,6 +35,7 @@ _TABLE = [
     ("special_fp32", "fp32", "torch._C._special"),
     ("methods_fp32", "fp32", None),
     ("torch_fp32_opt_dtype", "fp32_opt_dtype", "torch"),
+    ("linalg_fp32_opt_dtype", "fp32_opt_dtype", "torch._C._linalg"),
     ("torch_expect_builtin_promote", "builtin_promote", "torch"),
     ("methods_expect_builtin_promote", "builtin_promote", None),
     ("torch_need_autocast_promote", "promote", "torch"),
@@ -54,6 +55,12 @@ NAMESPACES = (
     "torch._C._special",
     "torch.fft",
     "torch._C._fft",
+    # the raw bindings, where the torch.* Python wrapper reroutes the call (torch.norm,
+    # torch.stft) and an overload is reachable only through the binding
+    "torch._C._VariableFunctions",
+    # the dispatcher's own Python entry point, for overloads no binding exposes
+    # (e.g. aten::_thnn_fused_lstm_cell)
+    "torch.ops.aten",
     "Tensor",
 )
 

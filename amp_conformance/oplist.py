@@ -91,7 +91,8 @@ class Entry:
     method: bool | None
     args: tuple[argspec.Spec, ...]
     kwargs: Mapping[str, argspec.Spec]
-    expect: str
+    #: the output dtype, or one per output tensor (a tuple) for mixed outputs
+    expect: str | tuple[str, ...]
     cast: str
     expect_outside: str
     since: str | None = None
@@ -267,7 +268,15 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
     except argspec.SpecError as exc:
         _fail(path, eid, exc.field, str(exc))
     policy = category.policy
-    expect = _dtype_or(raw, "expect", path, eid, ["amp", "widest", "error", "none"])
+    if isinstance(raw.get("expect"), list):
+        # one dtype per output tensor, in order: ops returning values and indices/info
+        expect = tuple(
+            _dtype_or({"expect": d}, "expect", path, eid, ["amp", "widest"]) for d in raw["expect"]
+        )
+        if not expect:
+            _fail(path, eid, "expect", "an empty list; give one dtype per output tensor")
+    else:
+        expect = _dtype_or(raw, "expect", path, eid, ["amp", "widest", "error", "none"])
     expect = expect or DEFAULT_EXPECT[policy]
     if expect is None:
         _fail(path, eid, "expect", f"category {category_name} needs an explicit expected dtype")
