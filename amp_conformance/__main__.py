@@ -14,6 +14,8 @@ import sys
 COMMANDS = {
     "coverage": ("amp_conformance.coverage",
                  "which overloads of a device's autocast policy the op lists exercise"),
+    "drift": ("amp_conformance.drift",
+              "what changed between two conformance reports (policy, availability, messages)"),
 }
 
 
