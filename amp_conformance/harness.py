@@ -129,15 +129,19 @@ def _dtype_for(name: str, case: Case, args: tuple, kwargs: dict) -> torch.dtype 
 
 def expected_inside(case: Case, args: tuple, kwargs: dict) -> Any:
     """The output dtype, or a tuple with one dtype per output tensor (mixed outputs)."""
-    if isinstance(case.entry.expect, tuple):
-        return tuple(_dtype_for(name, case, args, kwargs) for name in case.entry.expect)
-    return _dtype_for(case.entry.expect, case, args, kwargs)
+    return _expected(case.entry.expect, case, args, kwargs)
 
 
-def expected_outside(case: Case, args: tuple, kwargs: dict) -> torch.dtype | None:
+def _expected(names: str | tuple[str, ...], case: Case, args: tuple, kwargs: dict) -> Any:
+    if isinstance(names, tuple):  # one per output; a last ... leaves the rest unchecked
+        return tuple(... if n == "..." else _dtype_for(n, case, args, kwargs) for n in names)
+    return _dtype_for(names, case, args, kwargs)
+
+
+def expected_outside(case: Case, args: tuple, kwargs: dict) -> Any:
     entry = case.entry
     if entry.expect_outside != "inputs":
-        return _dtype_for(entry.expect_outside, case, args, kwargs)
+        return _expected(entry.expect_outside, case, args, kwargs)
     if entry.policy == "builtin_promote":
         return _dtype_for(entry.expect, case, args, kwargs)
     return promoted_floating((args, kwargs))
@@ -237,7 +241,8 @@ def _fail(case: Case, problems: list[str], variant: str, expected, region="insid
 def _dtype_problems(name: str, out: Any, expected: Any, where: str) -> list[str]:
     got = output_dtypes(out)
     if isinstance(expected, tuple):
-        if tuple(got) != expected:
+        head = expected[:-1] if expected[-1] is ... else expected
+        if tuple(got[:len(head)]) != head or (head is expected and len(got) != len(head)):
             return [f"{name} {where}: output dtypes {got}, expected {list(expected)}"]
         return []
     if expected is None:

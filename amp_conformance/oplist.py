@@ -94,7 +94,7 @@ class Entry:
     #: the output dtype, or one per output tensor (a tuple) for mixed outputs
     expect: str | tuple[str, ...]
     cast: str
-    expect_outside: str
+    expect_outside: str | tuple[str, ...]
     since: str | None = None
     until: str | None = None
     tolerance: Mapping[str, float] | None = None
@@ -236,6 +236,19 @@ def _dtype_or(raw, key, path, eid, extra: Iterable[str]):
     return value
 
 
+def _dtype_list(raw, key, path, eid) -> tuple[str, ...]:
+    """One dtype per output tensor, in order (ops returning values and indices or info);
+    a last "..." leaves the remaining outputs (bookkeeping such as RNG state) unchecked."""
+    items = raw[key]
+    if not items or items[0] == "...":
+        _fail(path, eid, key, "give one dtype per output tensor (at least the first)")
+    if "..." in items[:-1]:
+        _fail(path, eid, key, "'...' may only stand last, for the outputs not checked")
+    return tuple(
+        d if d == "..." else _dtype_or({key: d}, key, path, eid, ["amp", "widest"]) for d in items
+    )
+
+
 def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
     if not isinstance(raw, dict):
         _fail(path, f"#{index}", None, "an entry must be a table ([[entry]])")
@@ -269,12 +282,7 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
         _fail(path, eid, exc.field, str(exc))
     policy = category.policy
     if isinstance(raw.get("expect"), list):
-        # one dtype per output tensor, in order: ops returning values and indices/info
-        expect = tuple(
-            _dtype_or({"expect": d}, "expect", path, eid, ["amp", "widest"]) for d in raw["expect"]
-        )
-        if not expect:
-            _fail(path, eid, "expect", "an empty list; give one dtype per output tensor")
+        expect = _dtype_list(raw, "expect", path, eid)
     else:
         expect = _dtype_or(raw, "expect", path, eid, ["amp", "widest", "error", "none"])
     expect = expect or DEFAULT_EXPECT[policy]
@@ -283,8 +291,11 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
     if policy == "banned" and expect != "error":
         _fail(path, eid, "expect", "a banned op is expected to raise: expect = 'error'")
     cast = _string(raw, "cast", path, eid, choices=CASTS) or DEFAULT_CAST[policy]
-    expect_outside = _dtype_or(raw, "expect_outside", path, eid, ["inputs", "none", "error"])
-    expect_outside = expect_outside or "inputs"
+    if isinstance(raw.get("expect_outside"), list):
+        expect_outside = _dtype_list(raw, "expect_outside", path, eid)
+    else:
+        expect_outside = _dtype_or(raw, "expect_outside", path, eid, ["inputs", "none", "error"])
+        expect_outside = expect_outside or "inputs"
     bounds = {}
     for key in ("since", "until"):
         value = raw.get(key)
