@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 import tomllib
 import torch
-from torch.torch_version import TorchVersion
 
-from .oplist import OpListError, builtin_dir
+from .oplist import OpListError, builtin_dir, release
 
 _KEYS = {"id", "text", "match", "since", "until"}
 
@@ -23,7 +22,7 @@ class Message:
     until: str | None = None
 
     def applies(self, version: str) -> bool:
-        v = TorchVersion(version)
+        v = release(version)
         return (self.since is None or v >= self.since) and (self.until is None or v < self.until)
 
     def matches(self, actual: str, **fields: str) -> bool:

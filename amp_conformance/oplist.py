@@ -54,11 +54,21 @@ class OpListError(ValueError):
         self.kind = kind
 
 
+def release(version: str | None = None) -> TorchVersion:
+    """The release a torch version is compared as in since/until bounds: its numeric part.
+
+    A nightly (``2.15.0.dev20260101``) or source build (``2.15.0a0+git…``) already carries
+    what lands in 2.15.0, so it counts as 2.15.0 (PEP 440 would order it before 2.15).
+    """
+    v = version or torch.__version__
+    return TorchVersion(re.match(r"\d+(\.\d+)*", v).group())
+
+
 def _version_gap(since: str | None, until: str | None, version: str | None) -> str | None:
-    v = TorchVersion(version or torch.__version__)
-    if since and v < since:
+    v, r = version or torch.__version__, release(version)
+    if since and r < since:
         return f"not applicable: needs torch >= {since}, running {v}"
-    if until and v >= until:
+    if until and r >= until:
         return f"not applicable: removed in torch {until}, running {v}"
     return None
 

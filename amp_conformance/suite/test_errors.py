@@ -15,7 +15,7 @@ pytestmark = pytest.mark.amp_check("errors")
 def _message(message_id):
     m = messages.expected(message_id)
     if m is None:
-        pytest.skip(f"no recorded wording of {message_id!r} for torch {torch.__version__}")
+        pytest.skip(f"not applicable: no recorded wording of {message_id!r} for torch {torch.__version__}")
     return m
 
 
@@ -72,7 +72,7 @@ def test_unsupported_dtype_warns_and_disables(amp_target):
     )
     m = messages.expected("unsupported_dtype")
     if m is None:
-        pytest.skip(f"warned and disabled; no recorded wording for torch {torch.__version__}")
+        pytest.skip(f"not applicable: warned and disabled; no recorded wording for torch {torch.__version__}")
     fields = {"DEVICE": dev.upper(), "device": dev,
               "SUPPORTED": ", ".join(map(str, [torch.bfloat16, torch.float16]))}
     if dev == devices.privateuse1_name():
