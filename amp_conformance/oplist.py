@@ -30,7 +30,10 @@ EXCLUDE_KEYS = {"overload", "reason", "since", "until"}
 DROP_KEYS = {"id", "overload", "reason"}
 SKIP_CONDITIONS = {"amp_dtype", "hip", "numerics", "fake", "check"}
 CHECKS = ("policy", "numerics", "outside", "legacy")
-CASTS = ("amp", "float32", "widest", "none")
+#: what the numerics control casts eligible inputs to: the autocast dtype, a fixed dtype
+#: (for kernels that ignore the autocast dtype, e.g. cuDNN RNNs always run in float16),
+#: the widest input type, or nothing
+CASTS = ("amp", "float32", "float16", "bfloat16", "widest", "none")
 _ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 #: A dispatcher operator name with an optional overload: ``aten::norm.Scalar``.
