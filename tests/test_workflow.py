@@ -65,7 +65,17 @@ def readme_commands() -> list[str]:
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "the section has no ```bash block of commands"
     lines = [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
+    return [strip_plumbing(line) for line in lines if line and not line.startswith("#")]
+
+
+def strip_plumbing(line: str) -> str:
+    """A command without the allowed SUFFIXES."""
+    stripped = None
+    while stripped != line:
+        stripped = line
+        for suffix in SUFFIXES:
+            line = re.sub(suffix + "$", "", line)
+    return line
 
 
 def steps(workflow):
@@ -81,18 +91,13 @@ def command_lines(run: str) -> list[str]:
         line = raw.strip()
         if not line or any(re.fullmatch(p, line) for p in PLUMBING):
             continue
-        stripped = None
-        while stripped != line:
-            stripped = line
-            for suffix in SUFFIXES:
-                line = re.sub(suffix + "$", "", line)
-        found.append(line)
+        found.append(strip_plumbing(line))
     return found
 
 
 def test_readme_documents_the_matrix_commands():
     commands = readme_commands()
-    assert len(commands) == 8
+    assert len(commands) == 9
     assert 'pip install "torch==$TORCH.*" --index-url https://download.pytorch.org/whl/cpu' in commands
     assert ("pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/cpu"
             in commands)
@@ -163,6 +168,9 @@ def test_reports_are_uploaded_and_drift_summarized(workflow):
                    if str(s.get("uses", "")).startswith("actions/download-artifact@")]
     assert download["with"]["path"] == "reports" and download["with"]["merge-multiple"] is True
     assert any('>> "$GITHUB_STEP_SUMMARY"' in s.get("run", "") for s in drift["steps"])
+    (summary,) = [s for s in suite if "$GITHUB_STEP_SUMMARY" in s.get("run", "")]
+    assert summary["run"] == 'cat reports/$TORCH/*.md >> "$GITHUB_STEP_SUMMARY"'
+    assert suite.index(summary) < suite.index(upload)
 
 
 def test_workflow_installs_torch_before_the_suite(workflow):
