@@ -1,5 +1,6 @@
 """Error paths of torch.autocast: bad device, bad dtype, bad decorator use, absent device."""
 
+import contextlib
 import warnings
 
 import pytest
@@ -19,17 +20,32 @@ def _message(message_id):
     return m
 
 
+@contextlib.contextmanager
+def _must_raise(exc_type, call, why):
+    """pytest.raises whose failure names the call that was accepted and why it must not be."""
+    try:
+        with pytest.raises(exc_type) as info:
+            yield info
+    except pytest.fail.Exception:
+        pass
+    else:
+        return
+    pytest.fail(f"{call} was accepted: {why} must raise {exc_type.__name__}")
+
+
 def test_invalid_device_string():
     m = _message("invalid_device")
     with unchanged_autocast_state("cpu", "the check"):
-        with pytest.raises(RuntimeError) as info:
+        with _must_raise(RuntimeError, "torch.autocast('not a real device')",
+                         "an invalid device string") as info:
             torch.autocast("not a real device")
     assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
 
 
 def test_is_autocast_available_rejects_invalid_device():
     m = _message("invalid_device")
-    with pytest.raises(RuntimeError) as info:
+    with _must_raise(RuntimeError, "torch.amp.is_autocast_available('not a real device')",
+                     "an invalid device string") as info:
         torch.amp.is_autocast_available("not a real device")
     assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
 
@@ -37,7 +53,8 @@ def test_is_autocast_available_rejects_invalid_device():
 def test_non_string_device_type(amp_target):
     m = _message("non_string_device_type")
     with unchanged_autocast_state(amp_target.device, "the check"):
-        with pytest.raises(ValueError) as info:
+        with _must_raise(ValueError, f"torch.autocast(torch.device({amp_target.device!r}))",
+                         "a device_type that is not a str") as info:
             torch.autocast(torch.device(amp_target.device))
     assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
 
@@ -47,7 +64,8 @@ def test_decorator_rejects_non_callable(amp_target):
         pytest.skip("not applicable in --fake mode: torch.autocast refuses the absent device")
     m = _message("not_callable")
     with unchanged_autocast_state(amp_target.device, "the check"):
-        with pytest.raises(TypeError) as info:
+        with _must_raise(TypeError, f"torch.autocast({amp_target.device!r})(a tensor)",
+                         "the decorator form given a non-callable") as info:
             torch.autocast(amp_target.device)(torch.ones(1))
     assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"
 

@@ -86,8 +86,13 @@ def test_decorator_form(amp_target, amp_dtype):
         return torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
 
     with unchanged_autocast_state(dev, "the check"):
-        assert body() == (True, amp_dtype)
-        assert not torch.is_autocast_enabled(dev)
+        inside = body()
+        after = torch.is_autocast_enabled(dev)
+    assert inside == (True, amp_dtype), (
+        f"a function decorated with torch.autocast({dev!r}, dtype={amp_dtype}) ran with "
+        f"(enabled, dtype) = {inside}, expected {(True, amp_dtype)}"
+    )
+    assert not after, "autocast is still enabled after the decorated function returned"
 
 
 def test_default_autocast_dtype(amp_settings, amp_target, amp_dtype):
