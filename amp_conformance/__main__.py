@@ -16,6 +16,8 @@ COMMANDS = {
                  "which overloads of a device's autocast policy the op lists exercise"),
     "drift": ("amp_conformance.drift",
               "what changed between two conformance reports (policy, availability, messages)"),
+    "selftest": ("amp_conformance.selftest",
+                 "mutation testing: prove the suite catches deliberately broken autocast"),
 }
 
 
