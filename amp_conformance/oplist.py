@@ -307,7 +307,8 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
     if isinstance(raw.get("expect_outside"), list):
         expect_outside = _dtype_list(raw, "expect_outside", path, eid)
     else:
-        expect_outside = _dtype_or(raw, "expect_outside", path, eid, ["inputs", "none", "error"])
+        expect_outside = _dtype_or(raw, "expect_outside", path, eid,
+                                   ["inputs", "amp", "none", "error"])
         expect_outside = expect_outside or "inputs"
     bounds = {}
     for key in ("since", "until"):
