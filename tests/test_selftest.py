@@ -1,0 +1,224 @@
+"""The mutation campaign (``python -m amp_conformance selftest``) and its catalogue."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from amp_conformance import selftest
+from amp_conformance.mutants import CATALOGUE, Mutant, register
+
+#: A fast, representative part of the campaign for CI: a wrong policy, wrong numerics,
+#: region state, the cast cache, custom_fwd, and a fake-tier AutocastCUDA kernel (a banned
+#: op allowed). The whole campaign: ``python -m amp_conformance selftest --all``.
+REPRESENTATIVE = (
+    "mm-kept-fp32",
+    "mm-one-ulp-off",
+    "exit-forgets-outer-dtype",
+    "cache-never-cleared",
+    "custom_fwd-ignores-cast_inputs",
+    "cuda-binary_cross_entropy-not-banned",
+)
+
+
+# -- the catalogue -------------------------------------------------------------------
+
+
+def test_catalogue_has_at_least_25_mutants():
+    assert len(CATALOGUE) >= 25, sorted(CATALOGUE)
+    assert len([m for m in CATALOGUE.values() if not m.fake]) >= 25
+
+
+def test_names_are_unique_and_match_their_keys():
+    assert all(name == m.name for name, m in CATALOGUE.items())
+    with pytest.raises(ValueError, match="registered twice"):
+        register(CATALOGUE["mm-kept-fp32"])
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_every_mutant_says_what_it_breaks_and_what_catches_it(name):
+    m = CATALOGUE[name]
+    assert m.description.strip(), "a mutant says what it breaks"
+    assert m.select.strip(), "a mutant selects the checks that must catch it (-k)"
+    assert m.expected_texts and all(t.strip() for t in m.expected_texts), (
+        "a mutant names the words its failure message must contain"
+    )
+    assert callable(m.apply)
+    assert m.suite_options()[:2] == ["--device", m.device]
+    assert m.fake == ("--fake" in m.suite_options())
+    assert m.gap is None or m.gap.strip()
+
+
+def test_catalogue_spans_the_kinds_of_breakage():
+    names = set(CATALOGUE)
+    for wanted in ("mm-kept-fp32", "mse_loss-in-lower-precision", "cat-promotes-to-narrowest",
+                   "add-given-lower-precision-policy", "max_pool3d-uncast", "mm-one-ulp-off",
+                   "mm-casts-float64", "cat-casts-integers", "exit-forgets-outer-dtype",
+                   "exit-forgets-cache-flag", "cache-never-enabled", "cache-never-cleared",
+                   "invalid-device-accepted", "unsupported-dtype-no-warning",
+                   "unsupported-dtype-not-disabled", "decorator-accepts-non-callable",
+                   "legacy-cpu-autocast-drops-dtype", "custom_fwd-ignores-cast_inputs",
+                   "custom_bwd-ignores-forward-state", "cuda-mm-kept-fp32",
+                   "cuda-softmax-ignores-explicit-dtype", "cuda-binary_cross_entropy-not-banned"):
+        assert wanted in names
+    assert {m.device for m in CATALOGUE.values() if m.fake} == {"cuda"}
+
+
+def _observable_state():
+    """What mutants patch: torch.autocast's methods, the cache function, custom_fwd/bwd,
+    the legacy entry point, and the dtypes a few overridden kernels give."""
+    amp = torch.amp.autocast_mode
+    legacy = torch.cpu.amp.autocast
+    attrs = {
+        **{f"autocast.{k}": v for k, v in vars(amp.autocast).items() if k.startswith("__")},
+        "clear_autocast_cache": torch.clear_autocast_cache,
+        "custom_fwd": (torch.amp.custom_fwd, amp.custom_fwd),
+        "custom_bwd": (torch.amp.custom_bwd, amp.custom_bwd),
+        "_cast": amp._cast,
+        **{f"legacy.{k}": v for k, v in vars(legacy).items() if k in ("__init__", "__new__")},
+    }
+    a = torch.ones(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        kernels = (torch.mm(a, a).dtype, torch.cat([a, a.bfloat16()]).dtype,
+                   torch.add(a, a.bfloat16()).dtype, torch.nn.functional.linear(a, a).dtype)
+    return attrs, kernels
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_undo_restores_what_the_mutant_changed(name):
+    before = _observable_state()
+    undo = CATALOGUE[name].apply()
+    undo()
+    assert _observable_state() == before
+
+
+# -- selection and judging -----------------------------------------------------------
+
+
+def test_default_campaign_is_the_cpu_tier_and_fake_the_fake_tier():
+    cpu = selftest.select_mutants(None, False)
+    fake = selftest.select_mutants(None, True)
+    assert cpu and all(m.device == "cpu" and not m.fake for m in cpu)
+    assert fake and all(m.fake for m in fake)
+    assert selftest.select_mutants("cuda", True) == [m for m in fake if m.device == "cuda"]
+    assert len(selftest.select_mutants(None, False, every_tier=True)) == len(cpu) + len(fake)
+    assert [m.name for m in selftest.select_mutants(None, False, ["cuda-mm-kept-fp32"])] == [
+        "cuda-mm-kept-fp32"]
+    with pytest.raises(SystemExit, match="unknown mutant"):
+        selftest.select_mutants(None, False, ["no-such-mutant"])
+
+
+def test_one_baseline_per_tier_with_the_union_of_selections():
+    groups = selftest.tiers(selftest.select_mutants(None, False, every_tier=True))
+    assert set(groups) == {("--device", "cpu"), ("--device", "cuda", "--fake")}
+    union = selftest.union_selection(groups[("--device", "cpu")])
+    assert "(test_policy and torch_16-mm) or (" in union
+
+
+_MUTANT = Mutant("m", "breaks", lambda: lambda: None, expect=("torch.mm", "expected x"),
+                 select="test_policy")
+
+_FAILED = """\
+F                                                                        [100%]
+=================================== FAILURES ===================================
+_____________ test_policy[cpu-bfloat16-torch_16-mm] _____________
+amp_conformance/harness.py:1: in check_policy
+E   amp_conformance.harness.ConformanceFailure: torch.mm [entry mm] on cpu:
+E     torch.mm inside autocast: output dtype torch.float32, expected x
+=========================== short test summary info ============================
+FAILED test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm] - amp_conformance...
+1 failed, 1200 deselected in 0.70s
+"""
+
+
+@pytest.mark.parametrize("returncode, output, status", [
+    (1, _FAILED, "killed"),
+    (1, _FAILED.replace("expected x", "expected y"), "unnamed"),
+    (0, "..    [100%]\n2 passed, 1200 deselected in 0.70s\n", "survived"),
+    (4, "ERROR: amp-conformance: bad op list\n", "error"),
+    (5, "1200 deselected in 0.70s\n", "error"),
+    (None, "", "error"),
+])
+def test_judge(returncode, output, status):
+    verdict = selftest.judge(_MUTANT, selftest.Run("m", returncode, output, 1.0))
+    assert verdict.status == status, verdict.detail
+
+
+def test_expect_must_be_in_a_message_not_only_in_a_test_id():
+    """The test id names the entry; the kill needs the message to name it."""
+    only_in_id = _FAILED.replace("E     torch.mm inside autocast", "E     inside autocast")
+    only_in_id = only_in_id.replace("torch.mm [entry mm]", "[entry]")
+    verdict = selftest.judge(
+        Mutant("m", "b", lambda: lambda: None, expect="torch_16-mm", select="x"),
+        selftest.Run("m", 1, only_in_id, 1.0),
+    )
+    assert verdict.status == "unnamed"
+
+
+def _args(**kwargs):
+    parser = argparse.ArgumentParser()
+    selftest.add_arguments(parser)
+    args = parser.parse_args([])
+    for k, v in kwargs.items():
+        setattr(args, k, v)
+    return args
+
+
+def test_red_baseline_stops_the_campaign_loudly(monkeypatch, capsys):
+    ran = []
+
+    def fake_run_suite(label, select, options, mutant, timeout, cwd):
+        ran.append(mutant)
+        return selftest.Run(label, 1, _FAILED, 0.1)
+
+    monkeypatch.setattr(selftest, "run_suite", fake_run_suite)
+    assert selftest.run(_args(only=["mm-kept-fp32"])) == 2
+    assert ran == [None], "no mutant runs on a red baseline"
+    assert "BASELINE NOT GREEN" in capsys.readouterr().out
+
+
+def test_summary_ends_with_killed_count_then_survivors(monkeypatch, capsys):
+    def fake_run_suite(label, select, options, mutant, timeout, cwd):
+        if mutant is None:
+            return selftest.Run(label, 0, "2 passed in 0.1s\n", 0.1)
+        if mutant == "mm-kept-fp32":
+            return selftest.Run(label, 1, _FAILED.replace("expected x", "expected torch.bfloat16")
+                                .replace("torch.mm [entry mm]", "torch.mm"), 0.1)
+        return selftest.Run(label, 0, "2 passed in 0.1s\n", 0.1)
+
+    monkeypatch.setattr(selftest, "run_suite", fake_run_suite)
+    status = selftest.run(_args(only=["mm-kept-fp32", "linear-kept-fp32"], jobs=1))
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 1
+    assert lines[-2] == "killed 1/2"
+    assert lines[-1].startswith("  survived: linear-kept-fp32")
+    assert any(line.startswith("time: ") for line in lines)
+
+
+def test_known_gap_survivor_is_reported_but_does_not_fail(monkeypatch, capsys):
+    gap = next(m for m in CATALOGUE.values() if m.gap)
+    monkeypatch.setattr(selftest, "run_suite", lambda label, *a: selftest.Run(
+        label, 0, "4 passed in 0.1s\n", 0.1))
+    assert selftest.run(_args(only=[gap.name])) == 0
+    out = capsys.readouterr().out
+    assert "killed 0/1" in out and f"survived: {gap.name}" in out and "known gap" in out
+    assert selftest.run(_args(only=[gap.name], strict=True)) == 1
+
+
+# -- the campaign, for real ----------------------------------------------------------
+
+
+def test_representative_mutants_are_all_killed(tmp_path):
+    """A fast part of the campaign, in subprocesses as the command runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "amp_conformance", "selftest", "--only", *REPRESENTATIVE],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert lines[-1] == f"killed {len(REPRESENTATIVE)}/{len(REPRESENTATIVE)}", done.stdout
+    assert any(line.startswith("time: ") for line in lines)
+    for name in REPRESENTATIVE:
+        assert any(line.startswith("KILLED") and f" {name} " in line for line in lines), name
