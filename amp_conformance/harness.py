@@ -286,7 +286,13 @@ def check_policy(case: Case, observed: dict | None = None) -> None:
                 if not torch.is_autocast_enabled(dev):
                     _fail(case, ["autocast is not enabled inside the region"], found[0][0], expected)
                 for name, fn in found:
-                    outputs.append((name, fn(*args, **kwargs)))
+                    try:
+                        outputs.append((name, fn(*args, **kwargs)))
+                    except Exception as exc:  # e.g. a kernel that did not cast: name the op
+                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        observed[name] = f"error: {first}"
+                        _fail(case, [f"{name} raised inside autocast: {type(exc).__name__}: "
+                                     f"{first}"], name, expected)
             problems = []
             for name, out in outputs:
                 observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
