@@ -301,6 +301,14 @@ register(Mutant(
     select="test_policy and torch_fp32-max_pool3d",
 ))
 register(Mutant(
+    name="fft_fft-uncast",
+    description="fft_fft (fp32 on CPU; not in PyTorch's CPU lists) passes its lower-precision "
+                "input through uncast, where CPU has no kernel for it",
+    apply=keep_dtype("fft_fft"),
+    expect=("torch._C._fft.fft_fft raised inside autocast", "BFloat16"),
+    select="test_policy and fft_fp32-fft_fft and not fft_fft2 and not fft_fftn",
+))
+register(Mutant(
     name="quantile-result-in-lower-precision",
     description="quantile (fp32 on CPU; not in PyTorch's CPU lists) computes in float32 "
                 "but hands back the autocast dtype",

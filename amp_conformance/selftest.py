@@ -46,6 +46,14 @@ _SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s(?: \(.*\))? =+\s*$")
 _OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on (the affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None,
                         help="device tier to run: the mutants of this device type (default: "
@@ -57,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="every tier this machine can run: the cpu mutants and the fake tier")
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", default=[],
                         help="run only these mutants (any tier); repeatable")
-    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--jobs", "-j", type=int, default=_cpus(),
                         help="mutant runs in parallel processes (default: number of CPUs, "
                              "%(default)s here)")
     parser.add_argument("--timeout", type=float, default=300.0,
