@@ -309,6 +309,8 @@ def format_report(report: Report, verbose: bool = True) -> str:
         + [f"  entry {r.entry.id} ({r.entry.category}) expects builtin promotion but enters "
            f"{', '.join(r.overloads)}" for r in report.unexpected_kernels]
         + [f"  entry {r.entry.id}: not observed: {r.skipped}" for r in report.reaches if r.skipped]
+        + [f"  exclude {x.overload}: {x.version_gap()}"
+           for x in report.lists.exclusions if x.version_gap()]
     )
     if verbose:
         notes += [f"  entry {r.entry.id} raised while observed: {e}"
