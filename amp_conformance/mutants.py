@@ -525,6 +525,63 @@ register(Mutant(
     select="test_cache_disabled_casts_every_time",
 ))
 
+
+
+def python_cast_cache(*, under_no_grad: bool = False, non_leaf: bool = False) -> Callable[[], Undo]:
+    """The mm kernel with a cast cache of its own, as a backend without PyTorch's C++ cache
+    would write it, with one of two bugs: it also caches casts made under no_grad (they
+    have no autograd history: pytorch#158232), or it also caches non-leaf tensors."""
+    def apply() -> Undo:
+        cache: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+        def cached(t: torch.Tensor) -> torch.Tensor:
+            if not _eligible(t, "cpu"):
+                return t
+            dtype = torch.get_autocast_dtype("cpu")
+            cacheable = torch.is_autocast_cache_enabled() and t.requires_grad \
+                and (t.is_leaf or non_leaf) and (torch.is_grad_enabled() or under_no_grad)
+            if not cacheable:
+                return t.to(dtype)
+            key = (id(t), dtype)
+            if key not in cache:
+                cache[key] = t.to(dtype)
+            return cache[key]
+
+        def factory(redispatch):
+            return lambda a, b: redispatch(cached(a), cached(b))
+
+        undo_kernel = override_kernel("mm", "AutocastCPU", factory)
+        original_clear = torch.clear_autocast_cache
+
+        def clear() -> None:
+            cache.clear()
+            original_clear()
+
+        torch.clear_autocast_cache = clear
+
+        def undo() -> None:
+            torch.clear_autocast_cache = original_clear
+            undo_kernel()
+        return undo
+    return apply
+
+
+register(Mutant(
+    name="cache-keeps-no_grad-casts",
+    description="a Python cast cache for mm that also caches casts made under no_grad, so "
+                "later outputs lose their grad_fn (pytorch#158232)",
+    apply=python_cast_cache(under_no_grad=True),
+    expect="lost its grad_fn",
+    select="test_no_grad_does_not_poison_cache",
+))
+register(Mutant(
+    name="cache-caches-non-leaf",
+    description="a Python cast cache for mm that also caches non-leaf tensors",
+    apply=python_cast_cache(non_leaf=True),
+    expect="a non-leaf tensor was cast 1 times, expected 2 (not cached)",
+    select="test_non_leaf_is_not_cached",
+))
+
 # -- error paths ----------------------------------------------------------------------
 
 

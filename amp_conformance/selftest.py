@@ -145,6 +145,14 @@ class Run:
                          if line.startswith("E ") or line == "E")
 
 
+def bytecode_cache() -> str:
+    """Where the runs keep bytecode when PYTHONDONTWRITEBYTECODE forbids it beside the
+    sources: a per-user directory under the temporary directory, kept between campaigns
+    (Python checks every cached file against its source)."""
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.path.join(tempfile.gettempdir(), f"amp-conformance-pycache-{user}")
+
+
 def pytest_command(select: str, suite_options: Sequence[str], mutant: str | None = None) -> list[str]:
     """The run's command line (the mutant, if any, is named by AMP_CONFORMANCE_MUTANT)."""
     plugin = ["-p", "amp_conformance.mutant_plugin"] if mutant is not None else []
@@ -165,11 +173,11 @@ def run_suite(label: str, select: str, suite_options: Sequence[str], mutant: str
     env.pop("AMP_CONFORMANCE_MUTANT", None)
     env.pop("PYTEST_ADDOPTS", None)
     if env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):
-        # No bytecode may be written beside the sources: keep it in the campaign's own
-        # (temporary) directory instead, so the runs share what the first ones compiled
-        # and assertion-rewrote (torch, hypothesis, the suite) - a fifth of every run.
+        # No bytecode may be written beside the sources: keep it in a cache directory of
+        # its own instead, so the runs share what the first one compiled and
+        # assertion-rewrote (torch, hypothesis, the suite) - a fifth of every run.
         del env["PYTHONDONTWRITEBYTECODE"]
-        env["PYTHONPYCACHEPREFIX"] = os.path.join(cwd, "pycache")
+        env["PYTHONPYCACHEPREFIX"] = bytecode_cache()
     command = pytest_command(select, suite_options, mutant)
     if mutant is not None:
         env["AMP_CONFORMANCE_MUTANT"] = mutant
