@@ -32,9 +32,10 @@ _OPTIONS = {
              "lower-precision dtype the device supports",
     ),
     "--amp-numerics": dict(
-        dest="amp_numerics", default="bitwise", choices=NUMERICS,
+        dest="amp_numerics", default=None, choices=NUMERICS,
         help="compare autocast outputs with the hand-cast control bitwise (default) or "
-             "within per-dtype tolerances (close)",
+             "within per-dtype tolerances (close; the default where the device declares "
+             "no bitwise reproducibility)",
     ),
     "--amp-fake": dict(
         dest="amp_fake", action="store_true", default=False,
@@ -48,6 +49,21 @@ _OPTIONS = {
         dest="amp_backend_modules", action="append", default=[], metavar="MODULE",
         help="module imported before collection to register a backend (e.g. torch_npu); "
              "repeatable",
+    ),
+    "--capabilities": dict(
+        dest="amp_capabilities", action="append", default=[], metavar="PATH",
+        help="TOML file declaring what the device can do (cast_cache, bitwise, amp_dtypes); "
+             "checks of an absent capability are skipped with that reason; repeatable",
+    ),
+    "--xfail-file": dict(
+        dest="amp_xfail_files", action="append", default=[], metavar="PATH",
+        help="expected failures: one test id or node-id prefix per line, '# reason' after "
+             "it; strict (an expected failure that passes fails the run); repeatable",
+    ),
+    "--conformance-report": dict(
+        dest="amp_report", default=None, metavar="PATH.json",
+        help="write the conformance report: JSON (docs/report-schema.md), plus PATH.html "
+             "and PATH.md beside it",
     ),
 }
 
@@ -144,7 +160,7 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(
         device=device,
         amp_dtypes=dtypes,
-        numerics=config.getoption("amp_numerics"),
+        numerics=config.getoption("amp_numerics") or "bitwise",
         fake=fake,
         oplists=tuple(config.getoption("amp_oplists")),
     )

@@ -17,6 +17,9 @@ from .target import Target
 
 _SETTINGS = pytest.StashKey[Settings]()
 
+#: plugins of the vendor workflow: declarations (capabilities, expected failures), report
+pytest_plugins = ("amp_conformance.vendor", "amp_conformance.report")
+
 MARKERS = (
     "amp_check(name): the conformance check an item performs (policy, numerics, outside, "
     "legacy, or a named device-generic check)",
@@ -26,6 +29,12 @@ MARKERS = (
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -44,7 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def settings(config: pytest.Config) -> Settings:
     """The run's settings, validated on first use (raises pytest.UsageError)."""
     if _SETTINGS not in config.stash:
-        resolved = options.resolve(config)
+        from . import vendor
+
+        vendor.setup_backend(config)
+        resolved = vendor.apply(config, options.resolve(config))
         try:
             lists = generate.load_oplist(resolved.device, resolved.oplists)
         except OpListError as exc:

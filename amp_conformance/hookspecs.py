@@ -1,0 +1,47 @@
+"""Hooks a backend vendor implements to adapt the suite to its device.
+
+Implement them in the root ``conftest.py`` of the run or in a plugin (``-p my_plugin``, or a
+``pytest11`` entry point): they are called while the run's settings are resolved, before
+the session starts, so a conftest deeper in the tree is too late. Every hook receives the
+pytest ``config`` and the device type under test; return ``None`` to add nothing.
+See README.md, "For backend vendors".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+hookspec = pytest.hookspec
+
+
+@hookspec
+def pytest_amp_conformance_setup(config: pytest.Config, device: str) -> None:
+    """Import and initialise the backend of ``device`` (once per process).
+
+    Called before ``--backend-module`` modules are imported and before the device is
+    validated, so a backend registered here is known to ``torch.autocast`` in time.
+    """
+
+
+@hookspec
+def pytest_amp_conformance_capabilities(config: pytest.Config, device: str) -> dict[str, Any] | None:
+    """What ``device`` can do, as a dict shaped like a ``--capabilities`` file.
+
+    E.g. ``{"capabilities": {"cast_cache": False}, "reasons": {"cast_cache": "..."}}``.
+    Results of several implementations are merged in call order; ``--capabilities``
+    files given on the command line are applied after them and win.
+    """
+
+
+@hookspec
+def pytest_amp_conformance_oplists(config: pytest.Config, device: str) -> list[str | Path] | None:
+    """Extra op-list files for ``device`` (like ``--oplist``), merged before the
+    command line's ``--oplist`` files."""
+
+
+@hookspec
+def pytest_amp_conformance_xfail_files(config: pytest.Config, device: str) -> list[str | Path] | None:
+    """Expected-failures files for ``device`` (like ``--xfail-file``)."""

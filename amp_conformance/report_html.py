@@ -1,0 +1,371 @@
+"""Render a conformance report (the JSON of docs/report-schema.md) as a self-contained HTML
+page and as a short Markdown summary for a CI job summary. Pure functions of the data."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from typing import Any
+
+OP_CHECKS = ("policy", "numerics", "outside", "legacy")
+#: outcome -> (css class, cell symbol, legend label)
+STYLE = {
+    "passed": ("ok", "✓", "passed"),
+    "failed": ("fail", "✗", "failed"),
+    "error": ("fail", "E", "error"),
+    "xfailed": ("xfail", "x", "expected failure"),
+    "xpassed": ("xpass", "!", "passed, expected to fail"),
+    "skipped": ("skip", "s", "skipped"),
+    "n/a": ("na", "·", "not applicable"),
+}
+_PROBLEMS = ("failed", "error", "xpassed")
+
+_CSS = """
+:root { --ok:#1a7f37; --ok-bg:#dafbe1; --fail:#cf222e; --fail-bg:#ffebe9; --xfail:#9a6700;
+  --xfail-bg:#fff8c5; --xpass:#8250df; --xpass-bg:#fbefff; --skip:#57606a; --skip-bg:#eaeef2;
+  --na:#8c959f; --na-bg:#f6f8fa; --line:#d0d7de; --text:#1f2328; --muted:#656d76; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: var(--text);
+  margin: 0; background: #fff; }
+header { background: #24292f; color: #fff; padding: 18px 28px; }
+header h1 { margin: 0 0 4px; font-size: 22px; font-weight: 600; }
+header .meta { color: #c9d1d9; font-size: 13px; }
+main { padding: 8px 28px 40px; max-width: 1500px; }
+h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin-top: 18px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 16px; min-width: 120px; }
+.card .n { font-size: 24px; font-weight: 600; }
+.card .l { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card.ok .n { color: var(--ok); } .card.fail .n { color: var(--fail); }
+.card.xfail .n { color: var(--xfail); } .card.xpass .n { color: var(--xpass); }
+.card.skip .n { color: var(--skip); }
+.bar { display: inline-block; width: 120px; height: 8px; background: var(--fail-bg);
+  border-radius: 4px; overflow: hidden; vertical-align: middle; margin-right: 6px; }
+.bar > span { display: block; height: 100%; background: var(--ok); }
+table { border-collapse: collapse; }
+th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: left; }
+th { background: #f6f8fa; font-weight: 600; font-size: 12px; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.matrix td.cell { text-align: center; width: 30px; padding: 2px 4px; font-weight: 600; cursor: default; }
+table.matrix th.dtype { text-align: center; }
+table.matrix th.check { text-align: center; font-weight: 500; writing-mode: vertical-rl;
+  transform: rotate(180deg); padding: 6px 2px; height: 72px; }
+table.matrix tr.group td { background: #f6f8fa; font-weight: 600; }
+td.ok { color: var(--ok); background: var(--ok-bg); }
+td.fail { color: var(--fail); background: var(--fail-bg); }
+td.xfail { color: var(--xfail); background: var(--xfail-bg); }
+td.xpass { color: var(--xpass); background: var(--xpass-bg); }
+td.skip { color: var(--skip); background: var(--skip-bg); }
+td.na { color: var(--na); background: var(--na-bg); }
+td.none { background: repeating-linear-gradient(45deg, #fff, #fff 3px, #f6f8fa 3px, #f6f8fa 6px); }
+td.cell a { color: inherit; text-decoration: none; display: block; }
+code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+td.op code { color: var(--muted); }
+.legend span { display: inline-block; margin-right: 14px; }
+.legend b { display: inline-block; width: 22px; text-align: center; border-radius: 3px; margin-right: 4px; }
+.controls { margin: 6px 0 10px; color: var(--muted); }
+.controls input[type=search] { padding: 3px 8px; border: 1px solid var(--line); border-radius: 6px;
+  width: 220px; }
+details { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
+details summary { padding: 6px 10px; cursor: pointer; }
+details summary code { font-weight: 600; }
+details pre { margin: 0; padding: 10px; background: #f6f8fa; overflow-x: auto; white-space: pre-wrap;
+  border-top: 1px solid var(--line); }
+details:target { outline: 2px solid var(--fail); }
+.muted { color: var(--muted); }
+footer { margin-top: 30px; color: var(--muted); font-size: 12px; }
+"""
+
+_JS = """
+function ampFilter() {
+  var only = document.getElementById('only-problems').checked;
+  var text = document.getElementById('filter').value.toLowerCase();
+  document.querySelectorAll('table.filterable tr.row').forEach(function (tr) {
+    var show = (!only || tr.dataset.problem === '1') &&
+               (!text || tr.textContent.toLowerCase().indexOf(text) >= 0);
+    tr.style.display = show ? '' : 'none';
+  });
+  document.querySelectorAll('table.filterable tr.group').forEach(function (g) {
+    var n = g.nextElementSibling, any = false;
+    while (n && !n.classList.contains('group')) {
+      if (n.style.display !== 'none') any = true;
+      n = n.nextElementSibling;
+    }
+    g.style.display = any ? '' : 'none';
+  });
+}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def state_of(result: dict[str, Any]) -> str:
+    """The cell state of a result: its outcome, with not-applicable skips apart."""
+    if result["outcome"] == "skipped" and (result.get("message") or "").startswith("not applicable"):
+        return "n/a"
+    return result["outcome"]
+
+
+def pass_rate(counts: dict[str, Any]) -> float | None:
+    ran = sum(counts.get(k, 0) for k in ("passed", "failed", "error", "xpassed"))
+    return counts.get("passed", 0) / ran if ran else None
+
+
+def _rate(rate: float | None) -> str:
+    if rate is None:
+        return '<span class="muted">—</span>'
+    pct = 100 * rate
+    return f'<span class="bar"><span style="width:{pct:.1f}%"></span></span>{pct:.1f}%'
+
+
+def _percent(rate: float | None) -> str:
+    return "—" if rate is None else f"{100 * rate:.1f}%"
+
+
+def _rest_of_param(result: dict[str, Any], device: str) -> str:
+    """The parametrization id without the device and amp dtype parts."""
+    param = result.get("param") or ""
+    parts = [p for p in param.split("-") if p and p not in (device, result.get("amp_dtype"))]
+    return "-".join(parts)
+
+
+class _Failures:
+    """Failure anchors: every failed/error/xpassed result gets one details block."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def anchor(self, result: dict[str, Any]) -> str:
+        self.items.append(result)
+        return f"f{len(self.items)}"
+
+
+def _cell(result: dict[str, Any] | None, failures: _Failures) -> str:
+    if result is None:
+        return '<td class="cell none" title="not generated"></td>'
+    state = state_of(result)
+    css, symbol, label = STYLE.get(state, ("skip", "?", state))
+    tip = f"{result['nodeid']}\n{label}"
+    if result.get("message"):
+        tip += f": {result['message']}"
+    if len(tip) > 1500:
+        tip = tip[:1500] + " …"
+    if state in _PROBLEMS:
+        return (f'<td class="cell {css}" title="{_e(tip)}"><a href="#{failures.anchor(result)}">'
+                f"{symbol}</a></td>")
+    return f'<td class="cell {css}" title="{_e(tip)}">{symbol}</td>'
+
+
+def _legend() -> str:
+    spans = "".join(
+        f'<span><b class="{css}" style="background:var(--{css}-bg);color:var(--{css})">{sym}</b>'
+        f"{_e(label)}</span>" for css, sym, label in STYLE.values() if css != "fail" or sym == "✗")
+    return (f'<p class="legend">{spans}<span class="muted">hover a cell for its message, '
+            'click a failure to jump to it</span></p>')
+
+
+def _op_matrix(data: dict[str, Any], failures: _Failures) -> str:
+    ops = [r for r in data["results"] if r.get("category") is not None]
+    if not ops:
+        return '<p class="muted">No op-list items in this run.</p>'
+    dtypes = list(data.get("amp_dtypes") or [])
+    for r in ops:
+        if r.get("amp_dtype") and r["amp_dtype"] not in dtypes:
+            dtypes.append(r["amp_dtype"])
+    found = {r.get("check") for r in ops}
+    checks = [c for c in OP_CHECKS if c in found] + sorted(c for c in found - set(OP_CHECKS) if c)
+    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
+    rows: dict[str, dict[str, str]] = {}
+    for r in ops:
+        cells[(r["entry"], r.get("amp_dtype") or "", r.get("check") or "")] = r
+        rows.setdefault(r["category"], {})[r["entry"]] = r.get("op") or ""
+    head1 = '<tr><th rowspan="2">entry</th><th rowspan="2">op</th>' + "".join(
+        f'<th class="dtype" colspan="{len(checks)}">{_e(d)}</th>' for d in dtypes) + "</tr>"
+    head2 = "<tr>" + "".join(f'<th class="check">{_e(c)}</th>' for _ in dtypes for c in checks) + "</tr>"
+    body = []
+    width = 2 + len(dtypes) * len(checks)
+    for category in sorted(rows):
+        counts = data.get("categories", {}).get(category, {})
+        body.append(f'<tr class="group"><td colspan="{width}">{_e(category)} '
+                    f'<span class="muted">— pass rate {_percent(counts.get("pass_rate"))}</span></td></tr>')
+        for entry in sorted(rows[category]):
+            row_cells = [cells.get((entry, d, c)) for d in dtypes for c in checks]
+            problem = any(x is not None and state_of(x) in _PROBLEMS for x in row_cells)
+            tds = "".join(_cell(x, failures) for x in row_cells)
+            body.append(f'<tr class="row" data-problem="{int(problem)}"><td>{_e(entry)}</td>'
+                        f'<td class="op"><code>{_e(rows[category][entry])}</code></td>{tds}</tr>')
+    return (f'<table class="matrix filterable"><thead>{head1}{head2}</thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _generic_matrix(data: dict[str, Any], failures: _Failures) -> str:
+    generic = [r for r in data["results"] if r.get("category") is None]
+    if not generic:
+        return '<p class="muted">No device-generic items in this run.</p>'
+    device = data.get("device", "")
+    dtypes = list(data.get("amp_dtypes") or [])
+    columns = dtypes + ([""] if any(not r.get("amp_dtype") for r in generic) else [])
+    rows: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for r in generic:
+        key = (r.get("check") or "—", r.get("test") or r["nodeid"], _rest_of_param(r, device))
+        rows.setdefault(key, {})[r.get("amp_dtype") or ""] = r
+    head = ('<tr><th>test</th><th>variant</th>' + "".join(
+        f'<th class="dtype">{_e(c) if c else "—"}</th>' for c in columns) + "</tr>")
+    body = []
+    last = None
+    for key in sorted(rows):
+        check, test, rest = key
+        if check != last:
+            body.append(f'<tr class="group"><td colspan="{2 + len(columns)}">{_e(check)}</td></tr>')
+            last = check
+        row_cells = [rows[key].get(c) for c in columns]
+        problem = any(x is not None and state_of(x) in _PROBLEMS for x in row_cells)
+        tds = "".join(_cell(x, failures) for x in row_cells)
+        body.append(f'<tr class="row" data-problem="{int(problem)}"><td>{_e(test)}</td>'
+                    f'<td class="muted">{_e(rest)}</td>{tds}</tr>')
+    return (f'<table class="matrix filterable"><thead>{head}</thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _category_table(data: dict[str, Any]) -> str:
+    cats = data.get("categories") or {}
+    if not cats:
+        return '<p class="muted">No op-list items in this run.</p>'
+    cols = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "not_applicable")
+    head = "<tr><th>category</th>" + "".join(
+        f"<th>{_e(c.replace('_', ' '))}</th>" for c in cols) + "<th>pass rate</th></tr>"
+    body = "".join(
+        f"<tr><td>{_e(name)}</td>" + "".join(f'<td class="num">{row.get(c, 0)}</td>' for c in cols)
+        + f"<td>{_rate(row.get('pass_rate'))}</td></tr>" for name, row in cats.items())
+    checks: dict[str, Counter[str]] = {}
+    for r in data["results"]:
+        if r.get("category") is None:
+            checks.setdefault(r.get("check") or "—", Counter())[r["outcome"]] += 1
+            if state_of(r) == "n/a":
+                checks[r.get("check") or "—"]["not_applicable"] += 1
+    body += "".join(
+        f'<tr><td><span class="muted">check</span> {_e(name)}</td>'
+        + "".join(f'<td class="num">{row.get(c, 0)}</td>' for c in cols)
+        + f"<td>{_rate(pass_rate(row))}</td></tr>" for name, row in sorted(checks.items()))
+    return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+def _cards(data: dict[str, Any]) -> str:
+    s = data["summary"]
+    total = sum(s.get(k, 0) for k in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"))
+    rate = pass_rate(s)
+    cards = [
+        ("", total, "results"),
+        ("ok", s.get("passed", 0), "passed"),
+        ("fail", s.get("failed", 0), "failed"),
+        ("fail", s.get("error", 0), "errors"),
+        ("xfail", s.get("xfailed", 0), "expected failures"),
+        ("xpass", s.get("xpassed", 0), "unexpected passes"),
+        ("skip", s.get("skipped", 0), f"skipped ({s.get('not_applicable', 0)} not applicable)"),
+        ("ok" if rate == 1 else "fail", _percent(rate), "pass rate"),
+    ]
+    return '<div class="cards">' + "".join(
+        f'<div class="card {css}"><div class="n">{_e(n)}</div><div class="l">{_e(label)}</div></div>'
+        for css, n, label in cards) + "</div>"
+
+
+def _options_table(data: dict[str, Any]) -> str:
+    rows = [("device", data.get("device")), ("fake", data.get("fake")),
+            ("amp dtypes", ", ".join(data.get("amp_dtypes") or [])), ("numerics", data.get("numerics")),
+            ("torch", data.get("torch")), ("python", data.get("python"))]
+    for key, value in (data.get("options") or {}).items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, indent=1) if value else "—"
+        rows.append((key.replace("_", " "), "—" if value is None else value))
+    return "<table>" + "".join(
+        f"<tr><th>{_e(k)}</th><td><pre style='margin:0'>{_e(v)}</pre></td></tr>" for k, v in rows
+    ) + "</table>"
+
+
+def _failure_list(failures: _Failures) -> str:
+    if not failures.items:
+        return '<p class="muted">No failures, errors or unexpected passes.</p>'
+    blocks = []
+    for i, r in enumerate(failures.items, 1):
+        first = (r.get("message") or "").strip().splitlines()
+        blocks.append(
+            f'<details id="f{i}"><summary><code>{_e(r["nodeid"])}</code> '
+            f'<span class="muted">{_e(r["outcome"])}</span> — {_e(first[0] if first else "")}'
+            f'</summary><pre>{_e(r.get("message") or "")}</pre></details>')
+    return "".join(blocks)
+
+
+def render_html(data: dict[str, Any]) -> str:
+    failures = _Failures()
+    ops = _op_matrix(data, failures)
+    generic = _generic_matrix(data, failures)
+    mode = "fake (policy through FakeTensorMode)" if data.get("fake") else "real device"
+    meta = (f"torch {data.get('torch')} · Python {data.get('python')} · {mode} · autocast dtypes "
+            f"{', '.join(data.get('amp_dtypes') or []) or '—'} · numerics {data.get('numerics')}")
+    controls = ('<div class="controls"><label><input type="checkbox" id="only-problems" '
+                'onchange="ampFilter()"> only rows with failures</label> &nbsp; '
+                '<input type="search" id="filter" placeholder="filter rows (op, entry, test)…" '
+                'oninput="ampFilter()"></div>')
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>amp-conformance: {_e(data.get('device'))} · torch {_e(data.get('torch'))}</title>
+<style>{_CSS}</style><script>{_JS}</script></head>
+<body><header><h1>Autocast conformance — {_e(data.get('device'))}</h1>
+<div class="meta">{_e(meta)}</div></header>
+<main>
+{_cards(data)}
+<h2>By category</h2>
+{_category_table(data)}
+<h2>Op lists: op × autocast dtype × check</h2>
+{_legend()}
+{controls}
+{ops}
+<h2>Device-generic checks</h2>
+{generic}
+<h2>Failures</h2>
+{_failure_list(failures)}
+<h2>Run</h2>
+{_options_table(data)}
+<footer>Schema {_e(data.get('schema'))} · generated by amp-conformance
+(<code>pytest --conformance-report</code>)</footer>
+</main></body></html>
+"""
+
+
+def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
+    s = data["summary"]
+    mode = " (fake)" if data.get("fake") else ""
+    lines = [
+        f"## Autocast conformance: {data.get('device')}{mode}, torch {data.get('torch')}",
+        "",
+        f"**{s.get('passed', 0)} passed**, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+        f"{s.get('xfailed', 0)} expected failures, {s.get('xpassed', 0)} unexpected passes, "
+        f"{s.get('skipped', 0)} skipped ({s.get('not_applicable', 0)} not applicable) — "
+        f"pass rate **{_percent(pass_rate(s))}**",
+        "",
+        f"Autocast dtypes {', '.join(data.get('amp_dtypes') or []) or '—'}, numerics "
+        f"{data.get('numerics')}, Python {data.get('python')}.",
+        "",
+    ]
+    cats = data.get("categories") or {}
+    if cats:
+        lines += ["| category | passed | failed | xfailed | skipped | pass rate |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, row in cats.items():
+            lines.append(f"| {name} | {row['passed']} | {row['failed'] + row['error']} | "
+                         f"{row['xfailed']} | {row['skipped']} | {_percent(row['pass_rate'])} |")
+        lines.append("")
+    problems = [r for r in data["results"] if state_of(r) in _PROBLEMS]
+    if problems:
+        lines.append(f"### Failures ({len(problems)})")
+        lines.append("")
+        for r in problems[:max_failures]:
+            first = (r.get("message") or "").strip().splitlines()
+            lines.append(f"- `{r['nodeid']}` ({r['outcome']}): {first[0] if first else ''}")
+        if len(problems) > max_failures:
+            lines.append(f"- … and {len(problems) - max_failures} more (see the HTML report)")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,389 @@
+"""What a backend vendor declares about its device: capabilities and expected failures.
+
+Both come from files named on the command line (``--capabilities PATH.toml``,
+``--xfail-file PATH``) and from the hooks of ``hookspecs.py``. They are validated while the
+run's settings are resolved: a malformed file fails the run with a usage error that names
+the file and the line or field.
+
+Capabilities (a TOML file, every key optional)::
+
+    device = "fakegpu"            # the device the file describes (checked against --device)
+    [capabilities]
+    cast_cache = false            # no autocast cast cache: its checks are skipped
+    bitwise = false               # not bitwise reproducible: numerics compared with tolerances
+    amp_dtypes = ["float16"]      # the autocast dtypes the device supports (no bfloat16)
+    [reasons]
+    cast_cache = "autocast is registered from Python: no binding for cached_cast"
+
+Expected failures (text): one test id (``test_policy[cpu-bfloat16-torch_16-mm]``) or node-id
+prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` after it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+
+from . import devices
+from .options import Settings
+
+#: capability -> (type, default, what turning it off means)
+CAPABILITIES: dict[str, tuple[type, Any, str]] = {
+    "cast_cache": (bool, True, "device declares no cast cache"),
+    "bitwise": (bool, True, "device declares no bitwise reproducibility"),
+    "amp_dtypes": (list, None, "device declares no autocast in"),
+}
+FILE_KEYS = ("device", "capabilities", "reasons")
+#: checks (the amp_check marker) that need a capability, and the capability
+CHECK_NEEDS = {"cast_cache": "cast_cache"}
+_AMP_DTYPES = ("bfloat16", "float16")
+
+
+class DeclarationError(ValueError):
+    """A malformed capabilities or expected-failures declaration."""
+
+
+class AmpConformanceWarning(pytest.PytestWarning):
+    """A vendor declaration that has no effect (e.g. an expected failure matching no test)."""
+
+
+# -- capabilities --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The device's declared capabilities; what is not declared is assumed present."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    #: capability -> where it was declared (a file, or a hook)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name, CAPABILITIES[name][1])
+
+    @property
+    def cast_cache(self) -> bool:
+        return bool(self.get("cast_cache"))
+
+    @property
+    def bitwise(self) -> bool:
+        return bool(self.get("bitwise"))
+
+    @property
+    def amp_dtypes(self) -> tuple[str, ...] | None:
+        value = self.get("amp_dtypes")
+        return None if value is None else tuple(value)
+
+    def why(self, name: str) -> str:
+        """The message of a check skipped because ``name`` is absent."""
+        text = CAPABILITIES[name][2]
+        reason = self.reasons.get(name)
+        return f"{text} ({reason})" if reason else text
+
+    def skip_reason(self, check: str | None) -> str | None:
+        """Why the check ``check`` (an amp_check name) does not apply, or None."""
+        needed = CHECK_NEEDS.get(check or "")
+        if needed is not None and not self.get(needed):
+            return self.why(needed)
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        declared = {name: self.get(name) for name in CAPABILITIES}
+        return {**declared, "reasons": dict(self.reasons), "sources": dict(self.sources)}
+
+
+def _where(source: str, key: str | None) -> str:
+    return f"{source}: field {key!r}" if key else source
+
+
+def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]:
+    """Validate one declaration (a file's content or a hook's result): (values, reasons)."""
+    if not isinstance(data, Mapping):
+        raise DeclarationError(f"{source}: expected a table of {', '.join(FILE_KEYS)}, "
+                               f"got {type(data).__name__}")
+    unknown = sorted(set(data) - set(FILE_KEYS))
+    if unknown:
+        raise DeclarationError(f"{_where(source, unknown[0])}: unknown key; allowed: "
+                               f"{', '.join(FILE_KEYS)}")
+    declared_device = data.get("device")
+    if declared_device is not None and declared_device != device:
+        raise DeclarationError(f"{_where(source, 'device')}: describes {declared_device!r}, "
+                               f"but the run checks {device!r}")
+    values: dict[str, Any] = {}
+    caps = data.get("capabilities", {})
+    if not isinstance(caps, Mapping):
+        raise DeclarationError(f"{_where(source, 'capabilities')}: expected a table")
+    for name, value in caps.items():
+        key = f"capabilities.{name}"
+        if name not in CAPABILITIES:
+            raise DeclarationError(f"{_where(source, key)}: unknown capability; known: "
+                                   f"{', '.join(CAPABILITIES)}")
+        kind = CAPABILITIES[name][0]
+        if kind is bool and not isinstance(value, bool):
+            raise DeclarationError(f"{_where(source, key)}: expected true or false, got {value!r}")
+        if kind is list:
+            if (not isinstance(value, (list, tuple)) or not value
+                    or any(v not in _AMP_DTYPES for v in value) or len(set(value)) != len(value)):
+                raise DeclarationError(
+                    f"{_where(source, key)}: expected a non-empty list of distinct dtypes among "
+                    f"{', '.join(_AMP_DTYPES)}, got {value!r}")
+            value = list(value)
+        values[name] = value
+    reasons = data.get("reasons", {})
+    if not isinstance(reasons, Mapping):
+        raise DeclarationError(f"{_where(source, 'reasons')}: expected a table")
+    for name, text in reasons.items():
+        key = f"reasons.{name}"
+        if name not in CAPABILITIES:
+            raise DeclarationError(f"{_where(source, key)}: unknown capability; known: "
+                                   f"{', '.join(CAPABILITIES)}")
+        if not isinstance(text, str) or not text.strip():
+            raise DeclarationError(f"{_where(source, key)}: expected a non-empty string")
+    return values, dict(reasons)
+
+
+def read_capabilities(path: str | Path) -> dict[str, Any]:
+    """The content of a capabilities file (not yet validated); for hooks that read one."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DeclarationError(f"{path}: no such capabilities file") from None
+    except tomllib.TOMLDecodeError as exc:  # the message names the line and column
+        raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
+
+
+def resolve_capabilities(config: pytest.Config, device: str) -> Capabilities:
+    """Merge the hooks' declarations, then the ``--capabilities`` files (later wins)."""
+    declarations: list[tuple[str, Any]] = []
+    hook = config.hook.pytest_amp_conformance_capabilities
+    for result in hook(config=config, device=device):
+        if result is not None:
+            declarations.append(("hook pytest_amp_conformance_capabilities", result))
+    for path in config.getoption("amp_capabilities") or []:
+        declarations.append((str(path), read_capabilities(path)))
+    values: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for source, data in declarations:
+        found, why = parse_capabilities(data, source, device)
+        values.update(found)
+        reasons.update(why)
+        sources.update({name: source for name in found})
+    return Capabilities(values, reasons, sources)
+
+
+# -- expected failures ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One line of an expected-failures file."""
+
+    pattern: str
+    reason: str
+    path: str
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def matches(self, ids: list[str]) -> bool:
+        """Whether the line is a prefix of any of an item's ids (see ``item_ids``)."""
+        return any(s.startswith(self.pattern) for s in ids)
+
+
+def item_ids(item: pytest.Item) -> list[str]:
+    """The ids an expected-failures line may start: the test id (``test_policy[...]``),
+    pytest's node id, and the node id from the package (``amp_conformance/suite/
+    test_oplist.py::...``) and from the file name (``test_oplist.py::...``) — pytest's own
+    node id depends on where the run starts and how the suite was named (``--pyargs``)."""
+    ids = [item.name, item.nodeid]
+    rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if module:
+        ids.append(f"{module.replace('.', '/')}.py::{rest}")
+    ids.append(f"{item.path.name}::{rest}")
+    return ids
+
+
+def read_xfail_file(path: str | Path) -> list[Expectation]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DeclarationError(f"{path}: no such expected-failures file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeclarationError(f"{path}: cannot read it: {exc}") from None
+    found: list[Expectation] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        body, _, comment = raw.partition("#")
+        body = body.strip()
+        if not body:
+            continue
+        if len(body.split()) != 1:
+            raise DeclarationError(
+                f"{path}:{number}: expected one test id or node-id prefix per line "
+                f"(a reason goes after '#'), got {body!r}")
+        if body in seen:
+            raise DeclarationError(f"{path}:{number}: {body!r} is already listed on line {seen[body]}")
+        seen[body] = number
+        found.append(Expectation(body, comment.strip() or "listed as an expected failure",
+                                 str(path), number))
+    return found
+
+
+def xfail_files(config: pytest.Config, device: str) -> list[str]:
+    paths: list[str] = []
+    for result in config.hook.pytest_amp_conformance_xfail_files(config=config, device=device):
+        paths.extend(str(p) for p in (result or []))
+    paths.extend(str(p) for p in config.getoption("amp_xfail_files") or [])
+    return paths
+
+
+# -- the run's declarations ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """Everything the vendor declared for this run."""
+
+    capabilities: Capabilities
+    expectations: tuple[Expectation, ...] = ()
+    xfail_files: tuple[str, ...] = ()
+    hook_oplists: tuple[str, ...] = ()
+
+
+_DECLARATIONS = pytest.StashKey[Declarations]()
+_UNMATCHED = pytest.StashKey[list]()
+
+
+def declarations(config: pytest.Config) -> Declarations:
+    """The run's declarations (resolved by ``apply``; empty when the suite is not run)."""
+    return config.stash.get(_DECLARATIONS, Declarations(Capabilities()))
+
+
+def setup_backend(config: pytest.Config) -> None:
+    """Let the vendor's hook initialise its backend before the device is validated."""
+    config.hook.pytest_amp_conformance_setup(config=config, device=config.getoption("amp_device"))
+
+
+def _usage(exc: Exception) -> pytest.UsageError:
+    return pytest.UsageError(f"amp-conformance: {exc}")
+
+
+def apply(config: pytest.Config, settings: Settings) -> Settings:
+    """Resolve the declarations and fold them into the run's settings.
+
+    Raises pytest.UsageError for a malformed declaration, or for options that contradict
+    one (``--amp-dtype bfloat16`` on a device that declares no bfloat16,
+    ``--numerics bitwise`` on one that declares no bitwise reproducibility).
+    """
+    device = settings.device
+    try:
+        caps = resolve_capabilities(config, device)
+        files = xfail_files(config, device)
+        expectations = [e for path in files for e in read_xfail_file(path)]
+    except DeclarationError as exc:
+        raise _usage(exc) from None
+    oplists: list[str] = []
+    for result in config.hook.pytest_amp_conformance_oplists(config=config, device=device):
+        oplists.extend(str(p) for p in (result or []))
+
+    dtypes = settings.amp_dtypes
+    if caps.amp_dtypes is not None:
+        declared = set(caps.amp_dtypes)
+        where = caps.sources.get("amp_dtypes", "capabilities")
+        refused = [d for d in dtypes if devices.dtype_name(d) not in declared]
+        if refused and config.getoption("amp_dtype"):
+            raise pytest.UsageError(
+                f"amp-conformance: {device} declares autocast dtypes "
+                f"{', '.join(caps.amp_dtypes)} only ({where}); --amp-dtype asked for "
+                f"{', '.join(map(devices.dtype_name, refused))}")
+        dtypes = tuple(d for d in dtypes if devices.dtype_name(d) in declared)
+        if not dtypes:
+            raise pytest.UsageError(
+                f"amp-conformance: {device} declares autocast dtypes {', '.join(caps.amp_dtypes)} "
+                f"({where}), none of which torch.autocast accepts for it")
+    numerics = settings.numerics
+    if not caps.bitwise:
+        if config.getoption("amp_numerics") == "bitwise":
+            raise pytest.UsageError(
+                f"amp-conformance: {device} declares its results are not bitwise reproducible "
+                f"({caps.sources.get('bitwise', 'capabilities')}); drop --numerics bitwise "
+                "(numerics are compared with tolerances)")
+        numerics = "close"
+    config.stash[_DECLARATIONS] = Declarations(caps, tuple(expectations), tuple(files),
+                                               tuple(oplists))
+    extra = tuple(dict.fromkeys(str(Path(p)) for p in [*oplists, *settings.oplists]))
+    return replace(settings, amp_dtypes=dtypes, numerics=numerics, oplists=extra)
+
+
+# -- collection ----------------------------------------------------------------------
+
+
+def check_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("amp_check")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    # tryfirst: before -k/-m deselect, so an expectation matches against the whole suite
+    if _DECLARATIONS not in config.stash:
+        return
+    decl = config.stash[_DECLARATIONS]
+    matched: set[Expectation] = set()
+    for item in items:
+        check = check_of(item)
+        if check is None:
+            continue
+        reason = decl.capabilities.skip_reason(check)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        ids = item_ids(item)
+        hits = [e for e in decl.expectations if e.matches(ids)]
+        if hits:
+            best = max(hits, key=lambda e: len(e.pattern))
+            matched.update(hits)
+            item.add_marker(pytest.mark.xfail(reason=f"{best.reason} [{best.where}]", strict=True))
+    unmatched = [e for e in decl.expectations if e not in matched]
+    config.stash[_UNMATCHED] = unmatched
+    for e in unmatched:
+        warnings.warn(AmpConformanceWarning(
+            f"expected failure {e.pattern!r} ({e.where}) matches no test of this run"), stacklevel=1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and _UNMATCHED in session.config.stash:
+        # an xdist worker: tell the controller, which collects nothing itself
+        workeroutput["amp_xfail_unmatched"] = [e.where for e in session.config.stash[_UNMATCHED]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: an expectation is unmatched only if no worker matched it."""
+    reported = getattr(node, "workeroutput", {}).get("amp_xfail_unmatched")
+    config = node.config
+    if reported is None or _DECLARATIONS not in config.stash:
+        return
+    previous = config.stash.get(_UNMATCHED, None)
+    mine = [e for e in config.stash[_DECLARATIONS].expectations if e.where in set(reported)]
+    config.stash[_UNMATCHED] = mine if previous is None else [e for e in previous if e in mine]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    unmatched = config.stash.get(_UNMATCHED, None)
+    if unmatched:
+        terminalreporter.write_sep("-", "amp-conformance: expected failures that match no test")
+        for e in unmatched:
+            terminalreporter.write_line(f"{e.where}: {e.pattern}")
