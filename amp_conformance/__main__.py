@@ -14,6 +14,9 @@ import sys
 COMMANDS = {
     "coverage": ("amp_conformance.coverage",
                  "which overloads of a device's autocast policy the op lists exercise"),
+    "discover": ("amp_conformance.discover",
+                 "observe a device's autocast policy on a reference device's op lists; write "
+                 "it as an op list"),
     "drift": ("amp_conformance.drift",
               "what changed between two conformance reports (policy, availability, messages)"),
     "selftest": ("amp_conformance.selftest",
