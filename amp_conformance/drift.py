@@ -157,6 +157,12 @@ def _first_line(message: Any, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _reason(result: Mapping[str, Any], torch_version: str = "") -> str:
+    """A not-applicable item's reason without its "not applicable: " prefix."""
+    text = _first_line(_normalize(result.get("message"), torch_version))
+    return text.removeprefix(NOT_APPLICABLE).lstrip(":").strip()
+
+
 def _group(result: Mapping[str, Any]) -> str:
     if result.get("op"):
         return str(result["op"])
@@ -207,9 +213,9 @@ def compare_item(
     na_a, na_b = _not_applicable(ra), _not_applicable(rb)
     if na_a != na_b:
         if na_a:
-            text = f"not applicable in A ({_first_line(ra.get('message'))}); {_describe(rb)} in B"
+            text = f"not applicable in A ({_reason(ra)}); {_describe(rb)} in B"
         else:
-            text = f"{_describe(ra)} in A; not applicable in B ({_first_line(rb.get('message'))})"
+            text = f"{_describe(ra)} in A; not applicable in B ({_reason(rb)})"
         return Change("availability", group, item, text, ra, rb)
     outcome_a, outcome_b = ra.get("outcome"), rb.get("outcome")
     outcome = f"{outcome_a} -> {outcome_b}" if outcome_a != outcome_b else ""
@@ -222,6 +228,10 @@ def compare_item(
         return Change("outcome", group, item, outcome + (f": {message}" if message else ""), ra, rb)
     message_a = _normalize(ra.get("message"), a.torch)
     message_b = _normalize(rb.get("message"), b.torch)
+    if message_a != message_b and na_a:
+        return Change("message", group, item,
+                      f"not applicable in both, for another reason: {_reason(ra, a.torch)!r} -> "
+                      f"{_reason(rb, b.torch)!r}", ra, rb)
     if message_a != message_b:
         return Change("message", group, item,
                       f"{outcome_b}: {_first_line(message_a) or '—'!r} -> {_first_line(message_b) or '—'!r}",
@@ -254,48 +264,91 @@ def _counts(changes: Iterable[Change]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in KINDS if k in counts)
 
 
-def format_text(drift: Drift) -> str:
-    lines = [f"A: {drift.a.label()}", f"B: {drift.b.label()}"]
-    lines += [f"note: {note}" for note in drift.notes]
+@dataclass(frozen=True)
+class Line:
+    """Changes of one group with the same kind and explanation, e.g. every check of an entry."""
+
+    kind: str
+    explanation: str
+    changes: tuple[Change, ...]
+
+    @property
+    def items(self) -> str:
+        """The items, named compactly: ``4 items (test_numerics, test_policy × bfloat16, float16
+        × entry mm)`` when they are every combination of their tests, dtypes and entries."""
+        if len(self.changes) == 1:
+            return self.changes[0].item
+        tests, dtypes, entries = set(), set(), set()
+        for change in self.changes:
+            result = change.b if change.b is not None else change.a
+            tests.add(str(result.get("test")))
+            dtypes.add(str(result.get("amp_dtype")))
+            entries.add(str(result.get("entry")))
+        if "None" in entries or len(tests) * len(dtypes) * len(entries) != len(self.changes):
+            return ", ".join(c.item for c in self.changes)
+        parts = [", ".join(sorted(tests))]
+        if dtypes != {"None"}:
+            parts.append(", ".join(sorted(dtypes)))
+        parts.append("entry " + ", ".join(sorted(entries)))
+        return f"{len(self.changes)} items ({' × '.join(parts)})"
+
+
+def lines(changes: Iterable[Change]) -> list[Line]:
+    """Changes collapsed by (kind, explanation), in the order they come."""
+    buckets: dict[tuple[str, str], list[Change]] = {}
+    for change in changes:
+        buckets.setdefault((change.kind, change.explanation), []).append(change)
+    return [Line(kind, text, tuple(cs)) for (kind, text), cs in buckets.items()]
+
+
+def format_text(drift: Drift, verbose: bool = False) -> str:
+    lines_out = [f"A: {drift.a.label()}", f"B: {drift.b.label()}"]
+    lines_out += [f"note: {note}" for note in drift.notes]
     if drift.identical:
-        lines.append(f"no drift: the {len(drift.a.results)} items agree "
-                     "(policy, availability, outcomes and messages)")
-        return "\n".join(lines)
+        lines_out.append(f"no drift: the {len(drift.a.results)} items agree "
+                         "(policy, availability, outcomes and messages)")
+        return "\n".join(lines_out)
     groups = drift.groups()
-    lines.append(f"drift: {len(groups)} ops/checks, {len(drift.changes)} items "
-                 f"({_counts(drift.changes)})")
+    lines_out.append(f"drift: {len(groups)} ops/checks, {len(drift.changes)} items "
+                     f"({_counts(drift.changes)})")
     width = max(len(k) for k in KINDS)
     for group, changes in groups.items():
-        lines.append("")
-        lines.append(f"{group}")
-        for change in changes:
-            lines.append(f"  {change.kind:<{width}}  {change.item}: {change.explanation}")
-    return "\n".join(lines)
+        lines_out.append("")
+        lines_out.append(f"{group}")
+        if verbose:
+            for change in changes:
+                lines_out.append(f"  {change.kind:<{width}}  {change.item}: {change.explanation}")
+            continue
+        for line in lines(changes):
+            lines_out.append(f"  {line.kind:<{width}}  {line.items}: {line.explanation}")
+    return "\n".join(lines_out)
 
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def format_markdown(drift: Drift) -> str:
+def format_markdown(drift: Drift, verbose: bool = False) -> str:
     a, b = drift.a, drift.b
     title = (f"### Drift: torch {a.torch} → torch {b.torch} "
              f"({a.meta.get('device', '?')}{' fake' if a.meta.get('fake') else ''})")
-    lines = [title, ""]
-    lines += [f"> note: {_md(note)}" for note in drift.notes]
+    out = [title, ""]
+    out += [f"> note: {_md(note)}" for note in drift.notes]
     if drift.identical:
-        lines.append(f"No drift: the {len(a.results)} items agree.")
-        return "\n".join(lines) + "\n"
-    lines += [f"{len(drift.changes)} items drifted ({_counts(drift.changes)}).", "",
-              "| op / check | kind | item | change |", "| --- | --- | --- | --- |"]
+        out.append(f"No drift: the {len(a.results)} items agree.")
+        return "\n".join(out) + "\n"
+    out += [f"{len(drift.changes)} items drifted ({_counts(drift.changes)}).", "",
+            "| op / check | kind | items | change |", "| --- | --- | --- | --- |"]
     for group, changes in drift.groups().items():
-        for change in changes:
-            lines.append(f"| `{_md(group)}` | {change.kind} | `{_md(change.item)}` | "
-                         f"{_md(change.explanation)} |")
-    return "\n".join(lines) + "\n"
+        rows = ([Line(c.kind, c.explanation, (c,)) for c in changes] if verbose
+                else lines(changes))
+        for line in rows:
+            out.append(f"| `{_md(group)}` | {line.kind} | {_md(line.items)} | "
+                       f"{_md(line.explanation)} |")
+    return "\n".join(out) + "\n"
 
 
-def format_json(drift: Drift) -> str:
+def format_json(drift: Drift, verbose: bool = False) -> str:
     return json.dumps({
         "a": {"path": drift.a.path, "torch": drift.a.torch},
         "b": {"path": drift.b.path, "torch": drift.b.torch},
@@ -314,6 +367,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report_b", metavar="REPORT_B.json", help="the report compared with it")
     parser.add_argument("--format", choices=sorted(FORMATS), default="text",
                         help="text (default), markdown (for a CI step summary) or json")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="one line per item, instead of one per op and distinct change")
     parser.epilog = "exit status: 0 no drift, 1 drift found, 2 unreadable report"
 
 
@@ -325,5 +380,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"amp-conformance drift: {exc}", file=sys.stderr)
         return 2
     drift = compare(a, b)
-    print(FORMATS[args.format](drift), end="" if args.format == "markdown" else "\n")
+    print(FORMATS[args.format](drift, verbose=args.verbose),
+          end="" if args.format == "markdown" else "\n")
     return 0 if drift.identical else 1

@@ -137,8 +137,42 @@ def test_newly_applicable_entry_is_availability_drift(tmp_path, capsys):
     b = write(tmp_path, "b.json", report("2.12.0", later))
     code, out, _ = run_cli(capsys, a, b)
     assert code == 1
-    assert ("availability  test_policy[bfloat16-torch_fp32-rms_norm]: not applicable in A "
-            "(not applicable: needs torch >= 2.12, running 2.11.0); passed in B") in out
+    assert ("  availability  test_policy[bfloat16-torch_fp32-rms_norm]: not applicable in A "
+            "(needs torch >= 2.12, running 2.11.0); passed in B") in out.splitlines()
+
+
+def test_changes_of_an_entry_collapse_into_one_line(tmp_path, capsys):
+    """The same change of every check and amp dtype of an entry is one line (-v: one per item)."""
+    def checks(outcome, message):
+        return [result(test, f"cpu-{dtype}-torch_fp32-cholesky", outcome=outcome, message=message,
+                       op="torch.cholesky", entry="cholesky", category="torch_fp32")
+                for test in ("test_policy", "test_numerics") for dtype in ("bfloat16", "float16")]
+    a = write(tmp_path, "a.json", report("2.13.0", checks("passed", None)))
+    b = write(tmp_path, "b.json", report("2.14.1", checks(
+        "skipped", "not applicable: removed in torch 2.14, running 2.14.1")))
+    code, out, _ = run_cli(capsys, a, b)
+    assert code == 1
+    assert out.splitlines()[-2:] == [
+        "torch.cholesky",
+        "  availability  4 items (test_numerics, test_policy × bfloat16, float16 × entry cholesky): "
+        "passed in A; not applicable in B (removed in torch 2.14, running 2.14.1)",
+    ]
+    code, out, _ = run_cli(capsys, "-v", a, b)
+    assert len([line for line in out.splitlines() if line.startswith("  availability")]) == 4
+    d = drift.compare(drift.load(a), drift.load(b))
+    (line,) = drift.lines(d.changes)
+    assert len(line.changes) == 4
+
+
+def test_a_reason_change_of_a_not_applicable_item(tmp_path):
+    first, second = base_results(), base_results()
+    second[2] = dict(second[2], message="not applicable: entry rms_norm is listed for float16 only")
+    d = drift.compare(drift.load(write(tmp_path, "a.json", report("2.11.0", first))),
+                      drift.load(write(tmp_path, "b.json", report("2.11.0", second))))
+    (change,) = d.changes
+    assert change.kind == "message"
+    assert change.explanation == ("not applicable in both, for another reason: 'needs torch >= 2.12, "
+                                  "running {torch}' -> 'entry rms_norm is listed for float16 only'")
 
 
 def test_items_in_one_report_only(tmp_path):
@@ -198,12 +232,14 @@ def test_settings_differences_are_noted(tmp_path, capsys):
 def test_markdown_and_json_formats(tmp_path, capsys):
     later = base_results()
     later[0] = policy("mm", "torch.mm", "float32", outcome="failed", message="a|b")
+    later[3] = dict(later[3], outcome="failed", message="x|y")
     a = write(tmp_path, "a.json", report("2.13.0", base_results()))
     b = write(tmp_path, "b.json", report("2.14.1", later))
     code, out, _ = run_cli(capsys, "--format", "markdown", a, b)
     assert code == 1
     assert out.startswith("### Drift: torch 2.13.0 → torch 2.14.1 (cpu)\n")
-    assert "| `torch.mm` | policy | `test_policy[bfloat16-torch_16-mm]` |" in out
+    assert "| `torch.mm` | policy | test_policy[bfloat16-torch_16-mm] | Tensor.mm bfloat16 -> float32" in out
+    assert "passed -> failed: x\\|y |" in out  # a pipe in a message does not split the row
     code, out, _ = run_cli(capsys, "--format", "json", a, b)
     data = json.loads(out)
     assert code == 1 and data["identical"] is False
