@@ -1,0 +1,16 @@
+"""fakegpu's hooks into the amp-conformance suite (see README.md "For backend vendors").
+
+This is the root conftest of the run, so pytest loads it before the suite's settings are
+resolved; a conftest deeper in the tree would be too late for these hooks.
+"""
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_amp_conformance_oplists(config, device):
+    """fakegpu's own op list: its policy, independent of where pytest is started."""
+    if device == "fakegpu":
+        return [HERE / "fakegpu.toml"]
+    return None
