@@ -254,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     print(f"selftest: {len(mutants)} mutants, tiers {', '.join(sorted({m.tier for m in mutants}))}"
           f", {jobs} jobs, torch {_torch_version()}", flush=True)
+    cpu_before = _children_cpu()
     with tempfile.TemporaryDirectory(prefix="amp-selftest-") as cwd:
         for base in _run_baselines(groups, args, cwd):
             counts = base.outcomes
@@ -283,8 +284,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n----- {v.mutant.name}: {reproduction(v.mutant)}")
             print(v.run.output)
     elapsed = time.perf_counter() - started
-    print(f"time: {elapsed:.1f}s wall for {len(verdicts)} mutants + {len(groups)} baseline "
-          f"run(s), {jobs} jobs")
+    cpu = _children_cpu() - cpu_before
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    print(f"time: {elapsed:.1f}s wall, {cpu:.1f}s CPU in the runs, for {len(verdicts)} mutants "
+          f"+ {len(groups)} baseline run(s), {jobs} jobs{load}")
     print(f"killed {len(verdicts) - len(survivors)}/{len(verdicts)}")
     for v in survivors:
         gap = f" [known gap: {v.mutant.gap}]" if v.mutant.gap else ""
@@ -293,6 +296,16 @@ def run(args: argparse.Namespace) -> int:
         if v.killed and v.mutant.gap:
             print(f"  gap closed: {v.mutant.name} is killed now; drop its gap note")
     return 0 if not failing else 1
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _torch_version() -> str:
