@@ -79,7 +79,7 @@ def cpu(session: nox.Session, torch: str) -> None:
 @nox.session
 @nox.parametrize("torch", TORCH, ids=TORCH, tags=[[f"torch-{v}", "fake"] for v in TORCH])
 def fake(session: nox.Session, torch: str) -> None:
-    """The CUDA, XPU and MPS policies without their hardware (--fake) on one torch."""
+    """The CUDA, XPU and MPS (from 2.6) policies without their hardware (--fake) on one torch."""
     _install(session, torch)
     failed = []
     for device in fake_devices(torch):
