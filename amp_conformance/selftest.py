@@ -210,6 +210,9 @@ def judge(mutant: Mutant, run: Run) -> Verdict:
         return Verdict(mutant, run, "error", f"timed out after {run.seconds:.0f}s")
     if run.returncode == 0:
         return Verdict(mutant, run, "survived", f"the suite passed ({run.summary()})")
+    if run.returncode == 5:  # pytest.ExitCode.NO_TESTS_COLLECTED
+        return Verdict(mutant, run, "error", f"-k {mutant.select!r} selects no check of the "
+                       f"{mutant.tier} suite (is the suite module it targets there?)")
     if run.returncode != 1 or not counts.get("failed"):
         last = [line for line in run.output.splitlines() if line.strip()][-1:] or [""]
         return Verdict(mutant, run, "error",

@@ -11,14 +11,14 @@ from amp_conformance import selftest
 from amp_conformance.mutants import CATALOGUE, Mutant, register
 
 #: A fast, representative part of the campaign for CI: a wrong policy, wrong numerics,
-#: region state, the cast cache, custom_fwd, and a fake-tier AutocastCUDA kernel (a banned
-#: op allowed). The whole campaign: ``python -m amp_conformance selftest --all``.
+#: region state, the cast cache, an error path, and a fake-tier AutocastCUDA kernel (a
+#: banned op allowed). The whole campaign: ``python -m amp_conformance selftest --all``.
 REPRESENTATIVE = (
     "mm-kept-fp32",
     "mm-one-ulp-off",
     "exit-forgets-outer-dtype",
     "cache-never-cleared",
-    "custom_fwd-ignores-cast_inputs",
+    "invalid-device-accepted",
     "cuda-binary_cross_entropy-not-banned",
 )
 
