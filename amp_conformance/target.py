@@ -31,7 +31,14 @@ class Target:
             return contextlib.nullcontext()
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        return FakeTensorMode(allow_non_fake_inputs=True)
+        stack = contextlib.ExitStack()
+        if self.device == "cuda" and not torch.cuda.is_available():
+            # A CUDA build without a GPU would send torch.lstm & co. down the cuDNN path,
+            # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
+            # portable path on both, so their results do not depend on how torch was built.
+            stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        return stack
 
     def autocast(
         self,
