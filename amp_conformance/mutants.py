@@ -15,7 +15,8 @@ Kinds of breakage, and the helpers that make them:
 
 * an ``Autocast<Device>`` kernel replaced from Python (:func:`override_kernel`):
   :func:`keep_dtype` (casts nothing), :func:`cast_kernel` (casts to the wrong dtype, or
-  casts ineligible tensors too, or perturbs the result);
+  casts ineligible tensors too, or perturbs the result), :func:`python_cast_cache` (a
+  cast cache of the kernel's own, with a caching bug);
 * ``torch.autocast`` (``__init__``/``__enter__``/``__exit__``/``__call__``), the cache
   functions, the legacy entry points and ``torch.amp.custom_fwd``/``custom_bwd`` patched
   in Python (:func:`patch`).
