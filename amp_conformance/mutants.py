@@ -842,9 +842,6 @@ register(Mutant(
     )(),
     expect=("torch.prod", "expected torch.bfloat16"),
     select="test_policy and torch_fp32-prod",
-    gap="no CPU op-list entry passes prod (or any op) an explicit dtype: CPU's prod is plain "
-        "fp32 and respects dtype=, but nothing checks it (an entry such as prod-dtype with "
-        "kwargs = {dtype = {torch_dtype = \"bfloat16\"}}, expect = \"bfloat16\" would)",
 ))
 
 # ==================================================================================
