@@ -65,6 +65,8 @@ _OPTIONS = {
         help="write the conformance report: JSON (docs/report-schema.md), plus PATH.html "
              "and PATH.md beside it",
     ),
+    "--amp-hypothesis-profile": dict(dest="amp_hypothesis_profile", default="ci", choices=(
+        "ci", "dev", "nightly"), help="Hypothesis profile of the property checks (default: ci)"),
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from . import generate, options
+from . import generate, hypothesis_profiles, options
 from .oplist import OpListError
 from .options import Settings
 from .target import Target
@@ -48,6 +48,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    hypothesis_profiles.configure(config)
 
 
 def settings(config: pytest.Config) -> Settings:

@@ -1,0 +1,95 @@
+"""Hypothesis profiles of the property checks: ``ci``, ``dev`` and ``nightly``.
+
+The profile is chosen with ``--amp-hypothesis-profile`` (default ``ci``). The profiles
+are registered in Hypothesis under namespaced names (``amp-conformance-<name>``) and are
+applied to the suite's own property checks only, through :func:`selected`, rather than
+loaded as Hypothesis's global default: the plugin is active in every project that
+installs the package, and that project's own Hypothesis tests keep their own profile
+(and Hypothesis's ``--hypothesis-profile`` option keeps its meaning).
+
+* ``ci``: derandomized (the same examples on every run and every pytest-xdist worker),
+  no deadline (the first call of a torch op is slow), few examples, no example
+  database, no "explain" phase: a green CI run is reproducible and takes seconds, and
+  a red one still prints the shrunk example.
+* ``dev``: random examples, the default example database (a failure found once is
+  replayed first next time), a moderate number of examples.
+* ``nightly``: thousands of examples and longer state-machine runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+#: Name of the pytest option, and the ``config`` attribute it is stored under.
+OPTION = "--amp-hypothesis-profile"
+DEST = "amp_hypothesis_profile"
+DEFAULT = "ci"
+PREFIX = "amp-conformance-"
+
+_PROFILES: dict[str, settings] = {
+    "ci": settings(
+        derandomize=True,
+        database=None,
+        deadline=None,
+        max_examples=25,
+        stateful_step_count=25,
+        print_blob=False,
+        # The checks build tensors and call torch ops: generation is cheap, but the
+        # first examples pay torch's one-time costs.
+        suppress_health_check=[HealthCheck.too_slow],
+        # No "explain" phase: on a failing state machine it costs several times the
+        # shrinking, for a list of covered lines; the shrunk example is still printed.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    ),
+    "dev": settings(
+        deadline=None,
+        max_examples=200,
+        stateful_step_count=40,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    ),
+    "nightly": settings(
+        deadline=None,
+        max_examples=3000,
+        stateful_step_count=60,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    ),
+}
+
+NAMES = tuple(_PROFILES)
+
+for _name, _settings in _PROFILES.items():
+    settings.register_profile(PREFIX + _name, _settings)
+
+_selected = DEFAULT
+
+
+def configure(config: pytest.Config) -> None:
+    """Record the profile chosen on the command line (called from pytest_configure)."""
+    name = config.getoption(DEST, default=DEFAULT) or DEFAULT
+    select(name)
+
+
+def select(name: str) -> None:
+    """Make ``name`` the profile of the property checks; raise pytest.UsageError if unknown."""
+    global _selected
+    if name not in _PROFILES:
+        raise pytest.UsageError(
+            f"{OPTION} {name!r}: unknown profile; choose one of {', '.join(NAMES)}"
+        )
+    _selected = name
+
+
+def selected_name() -> str:
+    return _selected
+
+
+def selected(**overrides: object) -> settings:
+    """The settings of the chosen profile (``ci`` unless another was selected).
+
+    ``overrides`` adjust single settings, e.g. a larger ``max_examples`` where the
+    project's own tests must be sure to find a planted bug.
+    """
+    return settings(settings.get_profile(PREFIX + _selected), **overrides)

@@ -1,0 +1,508 @@
+"""A model of autocast state as a stack of regions, and a Hypothesis state machine
+that drives real autocast regions against it.
+
+Autocast state is per thread: for every device type an enabled flag and a dtype, plus
+one cast-cache flag and a nesting depth shared by all device types. ``torch.autocast``
+saves what it changes on entry and puts it back on exit, so the state at any moment is a
+pure function of the regions currently open: a stack. The model keeps that stack; the
+machine opens and closes regions (also as a decorator, by an exception, in a disabled
+subregion, from another thread) and after every step compares what torch reports,
+and what a probe op does, with the model. Any disagreement fails with the equivalent
+Python code of the steps so far, so the shrunk example can be replayed by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from . import devices
+from .harness import ConformanceFailure
+from .probes import probe
+from .state import AutocastState, nesting
+from .target import Target
+
+PROPERTY = "autocast regions stack"
+MAX_DEPTH = 6
+#: Dtypes that are no autocast dtype: torch.autocast warns and disables autocast.
+UNSUPPORTED = (torch.float64, torch.float32)
+_EXCEPTIONS = {"KeyError": KeyError, "RuntimeError": RuntimeError, "ValueError": ValueError}
+
+
+@dataclass(frozen=True)
+class Region:
+    """The arguments of one autocast region."""
+
+    device: str
+    dtype: torch.dtype | None = None
+    enabled: bool = True
+    cache_enabled: bool | None = None
+
+    def __repr__(self) -> str:
+        return (f"Region({self.device!r}, dtype={self.dtype}, enabled={self.enabled}, "
+                f"cache_enabled={self.cache_enabled})")
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    enabled: bool
+    dtype: torch.dtype
+
+    def probe_dtype(self) -> torch.dtype:
+        """What torch.mm of float32 inputs returns: the autocast dtype only when enabled."""
+        return self.dtype if self.enabled else torch.float32
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """The thread's autocast state, as the open regions determine it."""
+
+    devices: dict[str, DeviceState]
+    cache_enabled: bool
+    nesting: int
+
+
+def accepted_dtypes(device: str) -> tuple[torch.dtype, ...]:
+    """The dtypes torch.autocast accepts for ``device`` before it warns and disables."""
+    if device == devices.privateuse1_name():
+        module = devices.device_module(device)
+        getter = getattr(module, "get_amp_supported_dtype", None)
+        if getter is not None:
+            return tuple(getter())
+    return devices.LOWER_DTYPES
+
+
+@dataclass
+class RegionsModel:
+    """Autocast state as a stack: entering pushes the new state, leaving pops it.
+
+    ``rejecting`` names the device types whose entry point warns and disables autocast
+    for a dtype it does not accept (torch.autocast on every device but cuda, which only
+    refuses bfloat16 where the hardware lacks it).
+    """
+
+    initial: ModelState
+    rejecting: frozenset[str] = frozenset()
+    stack: list[ModelState] = field(default_factory=list)
+
+    @property
+    def current(self) -> ModelState:
+        return self.stack[-1] if self.stack else self.initial
+
+    @property
+    def depth(self) -> int:
+        return len(self.stack)
+
+    def entered(self, region: Region) -> tuple[ModelState, bool]:
+        """The state inside ``region`` entered now, and whether entering it warns."""
+        cur = self.current
+        dtype = region.dtype if region.dtype is not None else cur.devices[region.device].dtype
+        enabled, warns = region.enabled, False
+        if enabled and region.device in self.rejecting and dtype not in accepted_dtypes(
+            region.device
+        ):
+            enabled, warns = False, True
+        cache = cur.cache_enabled if region.cache_enabled is None else region.cache_enabled
+        states = dict(cur.devices)
+        states[region.device] = DeviceState(enabled, dtype)
+        return ModelState(states, cache, cur.nesting + 1), warns
+
+    def enter(self, region: Region) -> bool:
+        state, warns = self.entered(region)
+        self.stack.append(state)
+        return warns
+
+    def exit(self) -> None:
+        self.stack.pop()
+
+    def fresh_thread(self) -> ModelState:
+        """A new thread starts with autocast off, whatever regions this one has open."""
+        states = {d: replace(s, enabled=False) for d, s in self.initial.devices.items()}
+        return ModelState(states, self.initial.cache_enabled, 0)
+
+
+# -- observing torch -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    enabled: bool
+    dtype: torch.dtype
+    cache_enabled: bool
+    probe: torch.dtype | str
+
+    @classmethod
+    def expected(cls, state: ModelState, device: str) -> Observed:
+        s = state.devices[device]
+        return cls(s.enabled, s.dtype, state.cache_enabled, s.probe_dtype())
+
+    def __str__(self) -> str:
+        return f"({self.enabled}, {self.dtype}, {self.cache_enabled}, {self.probe})"
+
+
+def observe(device: str) -> Observed:
+    """torch's view of ``device``'s autocast state, and what the probe op does.
+
+    Runs in the caller's tensor context (the target's FakeTensorMode when fake).
+    """
+    try:
+        out: torch.dtype | str = probe(device)
+    except Exception as exc:  # reported as a disagreement, with the error
+        out = f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return Observed(
+        torch.is_autocast_enabled(device),
+        torch.get_autocast_dtype(device),
+        torch.is_autocast_cache_enabled(),
+        out,
+    )
+
+
+def observe_in_new_thread(target: Target, device_types: tuple[str, ...]) -> tuple[dict, int]:
+    found: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            with target.tensors():  # a context of this thread's own
+                found["states"] = {d: observe(d) for d in device_types}
+            found["nesting"] = nesting()
+        except BaseException as exc:  # handed to the main thread
+            found["error"] = exc
+
+    thread = threading.Thread(target=body, name="amp-conformance-fresh-thread")
+    thread.start()
+    thread.join()
+    if "error" in found:
+        raise found["error"]
+    return found["states"], found["nesting"]
+
+
+# -- the state machine ---------------------------------------------------------------
+
+
+def region_devices(target: Target) -> tuple[str, ...]:
+    """The device under test, and cpu (autocast state is per device type)."""
+    return tuple(dict.fromkeys((target.device, "cpu")))
+
+
+def rejecting_devices(target: Target) -> frozenset[str]:
+    """Devices whose regions go through torch.autocast's warn-and-disable dtype check."""
+    return frozenset(
+        d for d in region_devices(target)
+        if d != "cuda" and not (target.fake and d == target.device)
+    )
+
+
+def region_dtypes(target: Target, device: str) -> tuple[torch.dtype | None, ...]:
+    """Dtypes to enter regions with: supported ones, None (the current), unsupported ones.
+
+    Unsupported dtypes are generated only where the entry point is torch.autocast's own
+    warn-and-disable path (the fake target switches the state directly and has none).
+    """
+    fake = target.fake and device == target.device
+    dtypes: list[torch.dtype | None] = list(devices.supported_amp_dtypes(device, fake))
+    dtypes.append(None)
+    if device in rejecting_devices(target):
+        dtypes += [d for d in UNSUPPORTED if d not in accepted_dtypes(device)]
+    return tuple(dtypes)
+
+
+def regions(target: Target) -> st.SearchStrategy[Region]:
+    def for_device(device: str) -> st.SearchStrategy[Region]:
+        return st.builds(
+            Region,
+            st.just(device),
+            st.sampled_from(region_dtypes(target, device)),
+            st.booleans(),
+            st.sampled_from((None, True, False)),
+        )
+
+    return st.sampled_from(region_devices(target)).flatmap(for_device)
+
+
+def make_machine(target: Target) -> type[RuleBasedStateMachine]:
+    """A state-machine class for ``target`` (its strategies depend on the device)."""
+    region_strategy = regions(target)
+    device_types = region_devices(target)
+    rejecting = rejecting_devices(target)
+
+    class AutocastRegions(RuleBasedStateMachine):
+        """Open and close autocast regions; after every step torch must agree with the model."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.target = target
+            # The target's tensor context (FakeTensorMode when fake) is held for the
+            # whole run of this machine and left in teardown: one per run, because
+            # making one costs far more than a probe.
+            self.tensors = contextlib.ExitStack()
+            self.tensors.enter_context(target.tensors())
+            self.snapshot = AutocastState.capture(target.device)
+            initial = ModelState(
+                {d: DeviceState(torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+                 for d in device_types},
+                torch.is_autocast_cache_enabled(),
+                nesting(),
+            )
+            self.model = RegionsModel(initial, rejecting)
+            self.open: list[tuple[int, Any]] = []
+            self.failed = False
+            self.counter = 0
+            self.script = self._header()
+
+        # -- reproduction ------------------------------------------------------------
+
+        def _header(self) -> list[str]:
+            lines = ["import threading", "import torch",
+                     "from amp_conformance.probes import probe"]
+            if self.target.fake:
+                lines += ["from amp_conformance.target import Target",
+                          f"target = Target({self.target.device!r}, fake=True)",
+                          "def observe(dev):",
+                          "    with target.tensors():",
+                          "        p = probe(dev)"]
+            else:
+                lines += ["def observe(dev):", "    p = probe(dev)"]
+            lines += ["    return (torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev), "
+                      "torch.is_autocast_cache_enabled(), p)"]
+            return lines
+
+        def _source(self, region: Region) -> str:
+            if self.target.fake and region.device == self.target.device:
+                return (f"target.autocast({region.dtype}, enabled={region.enabled}, "
+                        f"cache_enabled={region.cache_enabled})")
+            return (f"torch.autocast({region.device!r}, dtype={region.dtype}, "
+                    f"enabled={region.enabled}, cache_enabled={region.cache_enabled})")
+
+        def _fail(self, problem: str, check: str = "") -> None:
+            self.failed = True
+            body = "\n".join("    " + line for line in self.script + ([check] if check else []))
+            raise ConformanceFailure(
+                f"{PROPERTY} on {self.target}: {problem}\n"
+                f"  reproduce (equivalent Python of the steps so far):\n{body}"
+            )
+
+        # -- driving torch -----------------------------------------------------------
+
+        def _context(self, region: Region) -> Any:
+            if self.target.fake and region.device == self.target.device:
+                return self.target.autocast(region.dtype, region.enabled, region.cache_enabled)
+            return torch.autocast(region.device, dtype=region.dtype, enabled=region.enabled,
+                                  cache_enabled=region.cache_enabled)
+
+        def _check_warning(self, region: Region, caught: list, warns: bool, check: str) -> None:
+            disabling = [str(w.message) for w in caught
+                         if issubclass(w.category, UserWarning) and "isabling autocast" in
+                         str(w.message)]
+            if warns and not disabling:
+                self._fail(f"entering {region!r} did not warn that it disables autocast "
+                           f"({region.dtype or 'the current dtype'} is no autocast dtype of "
+                           f"{region.device})", check)
+            if disabling and not warns:
+                self._fail(f"entering {region!r} warned {disabling[0]!r}, expected no warning",
+                           check)
+
+        def _check_state(self, expected: ModelState, where: str) -> None:
+            for device in device_types:
+                got = observe(device)
+                want = Observed.expected(expected, device)
+                if got != want:
+                    self._fail(
+                        f"{where}: {device} state (enabled, dtype, cache_enabled, mm of float32) "
+                        f"is {got}, the region stack gives {want}",
+                        f"print(observe({device!r}))  # expected {want}",
+                    )
+            depth = nesting()
+            if depth != expected.nesting:
+                self._fail(f"{where}: autocast nesting depth is {depth}, the region stack "
+                           f"gives {expected.nesting}",
+                           "print(torch.autocast_increment_nesting() - 1); "
+                           f"torch.autocast_decrement_nesting()  # expected {expected.nesting}")
+
+        # -- rules -------------------------------------------------------------------
+
+        @precondition(lambda self: self.model.depth < MAX_DEPTH)
+        @rule(region=region_strategy)
+        def enter_region(self, region: Region) -> None:
+            """Enter a region and keep it open across the following steps."""
+            self.counter += 1
+            name = f"r{self.counter}"
+            self.script.append(f"{name} = {self._source(region)}; {name}.__enter__()")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                context = self._context(region)
+                context.__enter__()
+            self.open.append((self.counter, context))
+            warns = self.model.enter(region)
+            self._check_warning(region, caught, warns, f"# entering {name}")
+
+        @precondition(lambda self: self.model.depth > 0)
+        @rule()
+        def exit_region(self) -> None:
+            number, context = self.open.pop()
+            self.model.exit()
+            self.script.append(f"r{number}.__exit__(None, None, None)")
+            context.__exit__(None, None, None)
+
+        @precondition(lambda self: self.model.depth > 0)
+        @rule(error=st.sampled_from(tuple(_EXCEPTIONS)))
+        def exit_region_by_exception(self, error: str) -> None:
+            """Leave the innermost open region because its body raised."""
+            number, context = self.open.pop()
+            self.model.exit()
+            exc = _EXCEPTIONS[error]("raised inside the region")
+            self.script.append(
+                f"r{number}.__exit__({error}, {error}('raised inside the region'), None)")
+            suppressed = context.__exit__(type(exc), exc, None)
+            if suppressed:
+                self._fail(f"the region's __exit__ swallowed a {error} raised inside it",
+                           f"# r{number}.__exit__ returned {suppressed!r}")
+
+        @rule(region=region_strategy, error=st.sampled_from(tuple(_EXCEPTIONS)))
+        def region_body_raises(self, region: Region, error: str) -> None:
+            """A complete region whose body raises: the error propagates, the state returns."""
+            inside, warns = self.model.entered(region)
+            self.script += ["try:", f"    with {self._source(region)}:",
+                            f"        print(observe({region.device!r}))  # expected "
+                            f"{Observed.expected(inside, region.device)}",
+                            f"        raise {error}('raised inside the region')",
+                            f"except {error}:", "    pass"]
+            exc_type = _EXCEPTIONS[error]
+            propagated = False
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    with self._context(region):
+                        self.model.enter(region)
+                        try:
+                            self._check_state(inside, f"inside {region!r}")
+                        finally:
+                            self.model.exit()
+                        raise exc_type("raised inside the region")
+                except exc_type:
+                    propagated = True
+            if not propagated:
+                self._fail(f"a {error} raised inside {region!r} did not propagate")
+            self._check_warning(region, caught, warns, "# entering the region above")
+
+        @rule(region=region_strategy, raises=st.booleans(), calls=st.integers(1, 2))
+        def decorated_call(self, region: Region, raises: bool, calls: int) -> None:
+            """autocast used as a decorator: each call enters and leaves the region."""
+            inside, warns = self.model.entered(region)
+            expected = Observed.expected(inside, region.device)
+            seen: list[Observed] = []
+            self.script += [f"@{self._source(region)}", "def body():",
+                            f"    print(observe({region.device!r}))  # expected {expected}"]
+            if raises:
+                self.script.append("    raise KeyError('raised inside the decorated function')")
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+
+                @self._context(region)
+                def body() -> None:
+                    seen.append(observe(region.device))
+                    if raises:
+                        raise KeyError("raised inside the decorated function")
+
+            for _ in range(calls):
+                if raises:
+                    self.script += ["try:", "    body()", "except KeyError:", "    pass"]
+                else:
+                    self.script.append("body()")
+                with warnings.catch_warnings(record=True) as more:
+                    warnings.simplefilter("always")
+                    try:
+                        body()
+                    except KeyError:
+                        if not raises:
+                            raise
+                    else:
+                        if raises:
+                            self._fail("a KeyError raised inside a decorated function did not "
+                                       "propagate")
+                caught += more
+                if seen[-1] != expected:
+                    self._fail(f"inside a function decorated with {region!r}: {region.device} "
+                               f"state is {seen[-1]}, expected {expected}", "body()")
+                self._check_state(self.model.current, "after a decorated function returned")
+            self._check_warning(region, caught, warns, "# calling the decorated function")
+
+        @rule(device=st.sampled_from(device_types))
+        def disabled_subregion(self, device: str) -> None:
+            """An enabled=False subregion turns autocast off inside; leaving it restores."""
+            region = Region(device, None, False, None)
+            inside, _ = self.model.entered(region)
+            self.script += [f"with {self._source(region)}:",
+                            f"    print(observe({device!r}))  # expected "
+                            f"{Observed.expected(inside, device)}"]
+            with self._context(region):
+                self.model.enter(region)
+                try:
+                    self._check_state(inside, f"inside {region!r}")
+                finally:
+                    self.model.exit()
+
+        @rule()
+        def fresh_thread(self) -> None:
+            """Autocast state is per thread: a new thread starts with autocast off."""
+            expected = self.model.fresh_thread()
+            self.script.append(
+                "t = threading.Thread(target=lambda: print([observe(d) for d in "
+                f"{list(device_types)!r}])); t.start(); t.join()")
+            states, depth = observe_in_new_thread(self.target, device_types)
+            for device, got in states.items():
+                want = Observed.expected(expected, device)
+                if got != want:
+                    self._fail(f"in a new thread the {device} state is {got}, expected {want} "
+                               "(autocast state is thread-local and starts off)",
+                               "# the thread above")
+            if depth != 0:
+                self._fail(f"a new thread starts at autocast nesting depth {depth}, expected 0")
+
+        @invariant()
+        def agrees_with_model(self) -> None:
+            self._check_state(self.model.current, "after the last step")
+
+        def teardown(self) -> None:
+            """Leave every open region, then put the state back exactly as it was found."""
+            leftover: list[str] = []
+            try:
+                while self.open:
+                    number, context = self.open.pop()
+                    self.model.exit()
+                    self.script.append(f"r{number}.__exit__(None, None, None)")
+                    context.__exit__(None, None, None)
+                leftover = self.snapshot.diff(AutocastState.capture(self.target.device))
+            finally:
+                self.snapshot.restore()
+                self.tensors.close()
+            if leftover and not self.failed:
+                self._fail("after leaving every region the state differs from before the "
+                           "first: " + "; ".join(leftover), "# (state after the last exit)")
+
+    AutocastRegions.__name__ = AutocastRegions.__qualname__ = (
+        f"AutocastRegions_{target.device}{'_fake' if target.fake else ''}"
+    )
+    return AutocastRegions
+
+
+def run_regions_machine(
+    target: Target, settings: Settings, machine: Callable[[], RuleBasedStateMachine] | None = None
+) -> None:
+    """Run the state machine for ``target`` under ``settings``; raise on disagreement."""
+    run_state_machine_as_test(machine or make_machine(target), settings=settings)

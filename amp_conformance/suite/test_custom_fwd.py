@@ -1,0 +1,26 @@
+"""torch.amp.custom_fwd / custom_bwd, property-based (Hypothesis): what forward receives
+and the autocast state forward and backward run in."""
+
+import pytest
+
+from amp_conformance import custom_fwd_properties, hypothesis_profiles
+
+pytestmark = pytest.mark.amp_check("custom_fwd")
+
+
+def test_cast_inputs(amp_target, amp_dtype):
+    """cast_inputs casts the device's floating (not float64) tensors inside any nesting of
+    lists, tuples and dicts, hands everything else over as the same object, and runs
+    forward with autocast off; outside an enabled region it does nothing."""
+    custom_fwd_properties.check_cast_inputs_property(
+        amp_target, amp_dtype, hypothesis_profiles.selected()
+    )
+
+
+def test_backward_runs_in_forward_state(amp_target):
+    """custom_bwd runs backward with the autocast state and dtype of the forward, whatever
+    region backward() is called from."""
+    if amp_target.fake:
+        pytest.skip("not applicable in --fake mode: custom_bwd re-enters torch.autocast on the "
+                    "device, which refuses an absent device, and autograd needs real tensors")
+    custom_fwd_properties.check_backward_property(amp_target, hypothesis_profiles.selected())

@@ -1,0 +1,423 @@
+"""The property checks catch broken autocast implementations.
+
+Each test plants one bug (a monkeypatched ``autocast.__exit__``, ``_cast``,
+``custom_fwd``/``custom_bwd``, or an Autocast kernel overridden from Python), runs a
+property under the ``ci`` profile and asserts it fails naming the broken property; every
+patch is undone by ``monkeypatch`` or a ``finally``, and the autocast state is checked to
+be what it was. The counterpart — each property passes on the real implementation — is
+the conformance suite itself (``amp_conformance/suite``). The last tests run the suite
+module through pytest (``pytester``) to show what a user sees: the shrunk example and
+the reproduction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import settings
+from torch._C import DispatchKey, DispatchKeySet
+from torch.amp import autocast_mode
+
+import amp_conformance.suite
+from amp_conformance import custom_fwd_properties as cfp
+from amp_conformance import hypothesis_profiles, policy_properties, regions_model
+from amp_conformance.harness import ConformanceFailure, is_eligible
+from amp_conformance.state import AutocastState
+from amp_conformance.target import Target
+
+CPU = Target("cpu")
+SUITE = Path(amp_conformance.suite.__file__).parent
+
+
+@pytest.fixture
+def ci(monkeypatch):
+    """The ci profile (derandomized), whatever the run selected; restored afterwards.
+
+    With more examples than ci runs by default: each planted bug is found within the
+    first few, and the margin keeps these tests green should a Hypothesis release
+    derandomize to other examples. A property that passes costs nothing extra here.
+    """
+    monkeypatch.setattr(hypothesis_profiles, "_selected", "ci")
+    return hypothesis_profiles.selected(max_examples=100)
+
+
+@pytest.fixture(autouse=True)
+def state_restored():
+    """Every test leaves the autocast state (cpu and cuda) as it found it."""
+    before = {d: AutocastState.capture(d) for d in ("cpu", "cuda")}
+    yield
+    for device, state in before.items():
+        after = AutocastState.capture(device)
+        state.restore()
+        assert not state.diff(after), f"{device} autocast state leaked: {state.diff(after)}"
+
+
+def _fails(run: Callable[[], None], property_name: str, *also: str) -> str:
+    with pytest.raises(ConformanceFailure) as info:
+        run()
+    message = str(info.value)
+    assert property_name in message, message
+    for text in also:
+        assert text in message, f"{text!r} not in:\n{message}"
+    return message
+
+
+# -- (a) the region stack ------------------------------------------------------------
+
+
+def _exit_forgetting(what: str) -> Callable:
+    """An autocast.__exit__ that leaves one piece of the outer state unrestored."""
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if what == "nesting" or torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        if what != "enabled":
+            torch.set_autocast_enabled(self.device, self.prev)
+        if what != "dtype":
+            torch.set_autocast_dtype(self.device, self.prev_fastdtype)
+        if what != "cache":
+            torch.set_autocast_cache_enabled(self.prev_cache_enabled)
+        return what == "swallow"
+
+    return __exit__
+
+
+@pytest.mark.parametrize("what", ["dtype", "enabled", "cache", "nesting", "swallow"])
+def test_regions_machine_catches_broken_exit(monkeypatch, ci, what):
+    """(a) an __exit__ that forgets the outer dtype (or enabled flag, cache flag, nesting
+    depth, or swallows the body's exception) disagrees with the stack model."""
+    monkeypatch.setattr(autocast_mode.autocast, "__exit__", _exit_forgetting(what))
+    message = _fails(lambda: regions_model.run_regions_machine(CPU, ci),
+                     regions_model.PROPERTY, "reproduce (equivalent Python")
+    if what == "dtype":
+        assert re.search(r"is \(\w+, torch\.\w+, \w+, torch\.\w+\), the region stack gives",
+                         message), message
+
+
+def test_regions_machine_checks_the_fake_target(monkeypatch, ci):
+    """Under --fake the device's regions go through Target.autocast: a switch that does
+    not put the outer dtype back is caught there too (and the fake device is probed)."""
+    from amp_conformance import target as target_module
+
+    real = target_module._switched_autocast
+
+    @contextlib.contextmanager
+    def switched_keeping_dtype(device, dtype, enabled, cache_enabled):
+        kept = torch.get_autocast_dtype(device)
+        with real(device, dtype, enabled, cache_enabled):
+            yield
+            kept = torch.get_autocast_dtype(device)
+        torch.set_autocast_dtype(device, kept)  # the bug: the inner dtype survives the exit
+
+    monkeypatch.setattr(target_module, "_switched_autocast", switched_keeping_dtype)
+    _fails(lambda: regions_model.run_regions_machine(Target("cuda", fake=True), ci),
+           regions_model.PROPERTY, "target.autocast(", "cuda state")
+
+
+def test_regions_machine_catches_state_shared_across_threads(monkeypatch, ci):
+    """A new thread that inherits this thread's autocast state breaks thread-locality."""
+    real_thread = regions_model.threading.Thread
+    enabled = torch.is_autocast_enabled
+
+    class InheritingThread(real_thread):
+        def __init__(self, target=None, **kwargs):
+            outer = enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+            def body():
+                torch.set_autocast_enabled("cpu", outer[0])
+                torch.set_autocast_dtype("cpu", outer[1])
+                target()
+
+            super().__init__(target=body, **kwargs)
+
+    monkeypatch.setattr(regions_model.threading, "Thread", InheritingThread)
+    _fails(lambda: regions_model.run_regions_machine(CPU, ci), regions_model.PROPERTY,
+           "in a new thread")
+
+
+def test_regions_machine_catches_entry_that_does_not_warn(monkeypatch, ci):
+    """An unsupported dtype (float64) must warn and disable; entering silently is caught."""
+    real_init = autocast_mode.autocast.__init__
+
+    def silent_init(self, *args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(autocast_mode.autocast, "__init__", silent_init)
+    _fails(lambda: regions_model.run_regions_machine(CPU, ci), regions_model.PROPERTY,
+           "did not warn")
+
+
+def test_regions_machine_leaves_state_when_it_fails(monkeypatch, ci):
+    """Teardown puts the state back even when a step fails with regions still open."""
+    monkeypatch.setattr(autocast_mode.autocast, "__exit__", _exit_forgetting("dtype"))
+    before = AutocastState.capture("cpu")
+    with pytest.raises(ConformanceFailure):
+        regions_model.run_regions_machine(CPU, ci)
+    monkeypatch.undo()
+    assert not before.diff(AutocastState.capture("cpu"))
+
+
+# -- (b) custom_fwd's cast_inputs ------------------------------------------------------
+
+
+def _cast_without_dicts(real: Callable) -> Callable:
+    def _cast(value, device_type, dtype):
+        if isinstance(value, dict):
+            return value  # the bug: no recursion into dicts
+        if isinstance(value, (list, tuple)):
+            return type(value)(_cast(v, device_type, dtype) for v in value)
+        return real(value, device_type, dtype)
+
+    return _cast
+
+
+def test_cast_property_catches_cast_not_recursing_into_dicts(monkeypatch, ci):
+    """(b) a _cast that does not recurse into dicts leaves their tensors uncast."""
+    monkeypatch.setattr(autocast_mode, "_cast", _cast_without_dicts(autocast_mode._cast))
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+           cfp.CAST_PROPERTY, "should arrive cast", "reproduce:")
+
+
+def test_cast_property_catches_cast_of_float64(monkeypatch, ci):
+    def _cast(value, device_type, dtype):
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
+            return value.to(dtype)  # the bug: float64 treated as eligible
+        if isinstance(value, dict):
+            return {k: _cast(v, device_type, dtype) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(_cast(v, device_type, dtype) for v in value)
+        return real(value, device_type, dtype)
+
+    real = autocast_mode._cast
+    monkeypatch.setattr(autocast_mode, "_cast", _cast)
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+           cfp.CAST_PROPERTY, "float64", "must reach forward untouched")
+
+
+def test_cast_property_catches_arrays_treated_as_iterables(monkeypatch, ci):
+    """Without the ndarray special case an array would arrive as a generator."""
+    pytest.importorskip("numpy", reason="the payloads hold numpy arrays only where it is installed")
+    monkeypatch.setattr(autocast_mode, "HAS_NUMPY", False)
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+           cfp.CAST_PROPERTY, "ndarray", "same object")
+
+
+def test_cast_property_catches_forward_left_in_autocast(monkeypatch, ci):
+    """A custom_fwd that casts but leaves autocast on while forward runs."""
+
+    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+        if fwd is None:
+            return lambda f: custom_fwd(f, device_type=device_type, cast_inputs=cast_inputs)
+
+        def decorate(*args, **kwargs):
+            args[0]._dtype = torch.get_autocast_dtype(device_type)
+            args[0]._fwd_used_autocast = False
+            if cast_inputs is not None and torch.is_autocast_enabled(device_type):
+                return fwd(*autocast_mode._cast(args, device_type, cast_inputs),
+                           **autocast_mode._cast(kwargs, device_type, cast_inputs))
+            return fwd(*args, **kwargs)
+
+        return decorate
+
+    monkeypatch.setattr(torch.amp, "custom_fwd", custom_fwd)
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+           cfp.FORWARD_STATE_PROPERTY, "runs with autocast off")
+
+
+# -- (c) custom_bwd --------------------------------------------------------------------
+
+
+def test_backward_property_catches_custom_bwd_ignoring_forward_state(monkeypatch, ci):
+    """(c) a custom_bwd that runs backward in whatever state backward() is called from."""
+
+    def custom_bwd(bwd=None, *, device_type):
+        return (lambda f: f) if bwd is None else bwd
+
+    monkeypatch.setattr(torch.amp, "custom_bwd", custom_bwd)
+    _fails(lambda: cfp.check_backward_property(CPU, ci), cfp.BACKWARD_PROPERTY,
+           "reproduce:", "y.float().sum().backward()")
+
+
+def test_backward_property_catches_custom_bwd_with_default_dtype(monkeypatch, ci):
+    """A custom_bwd that restores the enabled flag but not the forward's dtype."""
+
+    def custom_bwd(bwd=None, *, device_type):
+        if bwd is None:
+            return lambda f: custom_bwd(f, device_type=device_type)
+
+        def decorate(*args, **kwargs):
+            with torch.autocast(device_type, enabled=args[0]._fwd_used_autocast):
+                return bwd(*args, **kwargs)
+
+        return decorate
+
+    monkeypatch.setattr(torch.amp, "custom_bwd", custom_bwd)
+    _fails(lambda: cfp.check_backward_property(CPU, ci), cfp.BACKWARD_PROPERTY)
+
+
+# -- eligibility of the policies -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def autocast_cpu_kernel(op: str, kernel: Callable) -> Iterator[None]:
+    """Replace the AutocastCPU kernel of ``op`` (a vendor's broken kernel); undo on exit."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+            lib.impl(op, kernel, "AutocastCPU")
+        yield
+    finally:
+        lib._destroy()
+
+
+def below_autocast(fn: Callable, *args):
+    with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(DispatchKey.AutocastCPU)):
+        return fn(*args)
+
+
+def _floating_to(dtype):
+    return lambda t: t.to(dtype) if t.is_floating_point() else t
+
+
+def test_lower_property_catches_cast_of_float64(ci):
+    """A kernel that casts every floating input, float64 included."""
+
+    def mm(a, b):
+        cast = _floating_to(torch.get_autocast_dtype("cpu"))
+        return below_autocast(torch.mm, cast(a), cast(b))
+
+    with autocast_cpu_kernel("mm", mm):
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"]),
+            policy_properties.POLICIES["lower"], "torch.mm", "reproduce:")
+
+
+def test_lower_values_property_catches_right_dtype_wrong_values(ci):
+    """A kernel that computes in float32 and casts the result: the dtype is right, only
+    the values test (bitwise against the hand-cast control) sees it."""
+
+    def mm(a, b):
+        def up(t):
+            return t.float() if is_eligible(t, "cpu") else t
+
+        out = below_autocast(torch.mm, up(a), up(b))
+        return out.to(torch.get_autocast_dtype("cpu")) if out.dtype == torch.float32 else out
+
+    with autocast_cpu_kernel("mm", mm):
+        policy_properties.check_policy_property(  # dtypes agree: passes
+            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"])
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "lower", ci, values=True, ops=["mm"]),
+            policy_properties.POLICIES["lower"], "values differ from the hand-cast control")
+
+
+def test_fp32_property_catches_missing_cast(ci):
+    """An fp32-policy kernel that forgets to cast lower-precision inputs to float32."""
+    with autocast_cpu_kernel("mse_loss", lambda a, b, reduction=1: below_autocast(
+            torch._C._nn.mse_loss, a, b, reduction)):
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "fp32", ci, values=False, ops=["mse_loss"]),
+            policy_properties.POLICIES["fp32"])
+
+
+def test_promote_property_catches_cast_to_autocast_dtype(ci):
+    """A promote kernel that casts to the autocast dtype instead of the widest type."""
+
+    def cat(tensors, dim=0):
+        cast = _floating_to(torch.get_autocast_dtype("cpu"))
+        return below_autocast(torch.cat, [cast(t) if t.dtype != torch.float64 else t
+                                          for t in tensors], dim)
+
+    with autocast_cpu_kernel("cat", cat):
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "promote", ci, values=False, ops=["cat"]),
+            policy_properties.POLICIES["promote"])
+
+
+def test_policy_property_rejects_values_on_fake_target():
+    with pytest.raises(ValueError, match="carries no values"):
+        policy_properties.check_policy_property(
+            Target("cuda", fake=True), torch.float16, "lower", hypothesis_profiles.selected(),
+            values=True)
+
+
+# -- through pytest: what a user sees ------------------------------------------------
+
+
+BREAK_DICTS = '''
+import torch
+from torch.amp import autocast_mode
+
+_real = autocast_mode._cast
+
+def _cast(value, device_type, dtype):
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, device_type, dtype) for v in value)
+    return _real(value, device_type, dtype)
+
+def pytest_configure(config):
+    autocast_mode._cast = _cast
+
+def pytest_unconfigure(config):
+    autocast_mode._cast = _real
+'''
+
+
+@pytest.fixture
+def inner_run(pytester, monkeypatch):
+    """Run pytest in-process; the profile it selects and any patch are undone after."""
+    monkeypatch.setattr(hypothesis_profiles, "_selected", hypothesis_profiles._selected)
+    monkeypatch.setattr(autocast_mode, "_cast", autocast_mode._cast)
+    pytester.syspathinsert()
+    return pytester
+
+
+def test_suite_failure_shows_shrunk_example_and_reproduction(inner_run):
+    inner_run.makepyfile(break_dicts=BREAK_DICTS)
+    result = inner_run.runpytest(str(SUITE / "test_custom_fwd.py"), "-p", "break_dicts",
+                                 "-k", "cast_inputs", "-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*custom_fwd(cast_inputs=...) casts exactly the eligible tensors*",
+        "*should arrive cast*",
+        "*reproduce:*",
+        "*Failing explicit example*",
+    ])
+
+
+def test_profile_option_selects_profile(inner_run):
+    inner_run.makepyfile(test_which="""
+        from amp_conformance import hypothesis_profiles
+
+        def test_which():
+            assert hypothesis_profiles.selected_name() == "nightly"
+            assert hypothesis_profiles.selected().max_examples >= 1000
+    """)
+    result = inner_run.runpytest("--amp-hypothesis-profile", "nightly")
+    result.assert_outcomes(passed=1)
+
+
+def test_unknown_profile_is_a_usage_error(inner_run):
+    inner_run.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = inner_run.runpytest("--amp-hypothesis-profile", "weekly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid choice: 'weekly'*"])
+
+
+def test_profiles_registered():
+    """ci is derandomized, deadline-free and small; nightly runs thousands of examples."""
+    ci = settings.get_profile(hypothesis_profiles.PREFIX + "ci")
+    assert ci.derandomize and ci.deadline is None and ci.max_examples <= 50
+    nightly = settings.get_profile(hypothesis_profiles.PREFIX + "nightly")
+    assert nightly.max_examples >= 1000
