@@ -9,7 +9,7 @@ option of that name: the host keeps its own option, ours stays reachable as ``--
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -92,11 +92,7 @@ def add_aliases(parser: pytest.Parser) -> list[str]:
     for alias, canonical in ALIASES.items():
         if alias in taken:
             continue
-        kwargs = dict(_OPTIONS[canonical])
-        kwargs["help"] = f"alias of {canonical}"
-        kwargs.pop("default", None)
-        kwargs["default"] = _OPTIONS[canonical].get("default")
-        group.addoption(alias, **kwargs)
+        group.addoption(alias, **{**_OPTIONS[canonical], "help": f"alias of {canonical}"})
         added.append(alias)
     return added
 
@@ -110,7 +106,6 @@ class Settings:
     numerics: str
     fake: bool
     oplists: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = field(default=())
 
     @property
     def target(self) -> Target:

@@ -13,6 +13,7 @@ import torch
 from . import generate, hypothesis_profiles, options
 from .oplist import OpListError
 from .options import Settings
+from .state import AutocastState, grad_and_dtype_restored
 from .target import Target
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -99,6 +100,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def amp_settings(request: pytest.FixtureRequest) -> Settings:
     """The validated options of this run."""
     return settings(request.config)
+
+
+@pytest.fixture(autouse=True)
+def _amp_isolation(request: pytest.FixtureRequest):
+    """Give every conformance item a clean slate and restore it afterwards, pass or fail:
+    autocast state (device and cpu), cache flag, nesting, grad mode, default dtype."""
+    if request.node.get_closest_marker("amp_check") is None:
+        yield
+        return
+    device = settings(request.config).device
+    with grad_and_dtype_restored():
+        before = AutocastState.capture(device)
+        try:
+            yield
+        finally:
+            before.restore()
 
 
 @pytest.fixture(scope="session")

@@ -27,18 +27,7 @@ class Target:
 
     def tensors(self) -> contextlib.AbstractContextManager:
         """Context in which inputs are built and ops run (FakeTensorMode when fake)."""
-        if not self.fake:
-            return contextlib.nullcontext()
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        stack = contextlib.ExitStack()
-        if self.device == "cuda" and not torch.cuda.is_available():
-            # A CUDA build without a GPU would send torch.lstm & co. down the cuDNN path,
-            # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
-            # portable path on both, so their results do not depend on how torch was built.
-            stack.enter_context(torch.backends.cudnn.flags(enabled=False))
-        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-        return stack
+        return _fake_tensors(self.device) if self.fake else contextlib.nullcontext()
 
     def autocast(
         self,
@@ -53,6 +42,20 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.device} (fake)" if self.fake else self.device
+
+
+@contextlib.contextmanager
+def _fake_tensors(device: str) -> Iterator[None]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with contextlib.ExitStack() as stack:
+        if device == "cuda" and not torch.cuda.is_available():
+            # A CUDA build without a GPU would send torch.lstm & co. down the cuDNN path,
+            # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
+            # portable path on both, so their results do not depend on how torch was built.
+            stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        yield
 
 
 @contextlib.contextmanager
