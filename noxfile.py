@@ -102,6 +102,6 @@ def drift(session: nox.Session) -> None:
         (p.name for p in Path("reports").glob("*") if (p / "cpu.json").is_file()), key=_key)
     if len(versions) < 2:
         session.error("give two torch versions with reports, e.g. nox -s drift -- 2.13 2.14")
-    for a, b in zip(versions, versions[1:]):
+    for a, b in zip(versions, versions[1:], strict=False):
         session.run("python", "-m", "amp_conformance", "drift", f"reports/{a}/cpu.json",
                     f"reports/{b}/cpu.json", success_codes=[0, 1])

@@ -103,7 +103,7 @@ def received_problems(
             return [f"{path}: a {type(sent).__name__} of {len(sent)} arrived as "
                     f"{type(got).__name__} {_short(got)}"]
         problems: list[str] = []
-        for i, (g, s) in enumerate(zip(got, sent)):
+        for i, (g, s) in enumerate(zip(got, sent, strict=True)):
             problems += received_problems(g, s, device, cast_to, values, f"{path}[{i}]")
         return problems
     if isinstance(sent, dict):

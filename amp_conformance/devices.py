@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -28,13 +28,13 @@ import importlib
 import logging
 import re
 import sys
+import tomllib
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import torch
 
 from . import argspec, devices, oplist

@@ -173,7 +173,7 @@ def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str
     elif isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             compare(a, e, numerics, tolerance, f"{what}[{i}]")
     elif actual != expected:
         raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
+import tomllib
 from dataclasses import dataclass
 
-import tomllib
 import torch
 
 from .oplist import OpListError, builtin_dir, release

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import torch
 from torch.torch_version import TorchVersion
 

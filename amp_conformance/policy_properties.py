@@ -188,7 +188,7 @@ def examples(draw: Callable, target: Target, ops: Sequence[str]) -> Example:
     where = draw(strategies.input_device_lists(target, len(shapes)))
     recipes = iter([
         strategies.TensorRecipe(shape, dtype, device, draw(strategies.fills()))
-        for shape, dtype, device in zip(shapes, dtypes, where)
+        for shape, dtype, device in zip(shapes, dtypes, where, strict=True)
     ])
     args: list[Any] = []
     for item in form:

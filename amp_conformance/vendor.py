@@ -21,6 +21,7 @@ prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` a
 
 from __future__ import annotations
 
+import tomllib
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from . import devices
 from .options import Settings

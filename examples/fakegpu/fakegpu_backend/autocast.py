@@ -10,7 +10,8 @@ cast cache, so this device declares no cast cache (capabilities.toml).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
