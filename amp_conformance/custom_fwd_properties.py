@@ -189,7 +189,7 @@ def cast_reproduction(target: Target, amp_dtype: torch.dtype, ex: CastExample) -
             else "Fn.forward(types.SimpleNamespace(), *args, **kwargs)")
     lines = [
         "import types",
-        *(["import numpy"] if strategies.numpy is not None else []),
+        "import numpy",
         "import torch",
         "from amp_conformance.strategies import Opaque",
         f"g = torch.Generator().manual_seed({ex.seed})",
@@ -263,7 +263,7 @@ def explicit_cast_examples(target: Target) -> list[CastExample]:
     """
     dev, other = strategies.devices_for(target)
     T = strategies.TensorRecipe
-    array = [strategies.numpy.arange(3, dtype="float32")] if strategies.numpy is not None else []
+    array = [strategies.numpy.arange(3, dtype="float32")]
     nested = (
         {"w": T((2,), torch.float32, dev), "n": [T((2, 2), torch.float16, dev), "s"]},
         [T((2,), torch.float64, dev), T((2,), torch.float32, other), *array, b"b",

@@ -13,16 +13,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy  # a dependency: torch's _cast special-cases arrays, and we check it does
 import torch
 from hypothesis import strategies as st
 
 from .argspec import other_device
 from .target import Target
-
-try:  # numpy is optional: torch's own _cast special-cases arrays only when it is there
-    import numpy
-except ImportError:  # pragma: no cover - numpy is installed wherever torch's tests run
-    numpy = None
 
 #: Input dtypes, in the order Hypothesis shrinks towards (the eligible float32 first).
 FLOATING = (torch.float32, torch.bfloat16, torch.float16)
@@ -145,7 +141,7 @@ def render(value: Any, g: str = "g", fake: bool = False) -> str:
         return "(" + inner + ("," if len(value) == 1 else "") + ")"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {render(v, g, fake)}" for k, v in value.items()) + "}"
-    if numpy is not None and isinstance(value, numpy.ndarray):
+    if isinstance(value, numpy.ndarray):
         return f"numpy.array({value.tolist()!r}, dtype=numpy.{value.dtype})"
     if isinstance(value, float) and not math.isfinite(value):
         return f"float({str(value)!r})"
@@ -204,8 +200,6 @@ def tensor_recipes(
 
 
 def _arrays() -> st.SearchStrategy:
-    if numpy is None:
-        return st.nothing()
     kinds = ("float32", "float64", "float16", "int64")
     return st.builds(
         lambda n, kind: numpy.arange(n, dtype=kind), st.integers(0, 3), st.sampled_from(kinds)
