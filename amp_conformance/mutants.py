@@ -890,6 +890,13 @@ _fake("cuda-addcmul-promotes-to-narrowest",
       cast_kernel("addcmul", NARROWEST, "AutocastCUDA"),
       ("torch.addcmul", "expected torch.float32"),
       "test_policy and torch_need_autocast_promote-addcmul")
+_fake("cuda-addmm-casts-cpu-scalar",
+      "AutocastCUDA addmm (lower precision) also casts a cpu tensor of the call: "
+      "eligibility ignores the device",
+      cast_kernel("addmm", AMP, "AutocastCUDA",
+                  also=lambda t: t.is_floating_point() and t.device.type == "cpu"),
+      ("torch.addmm: a cpu tensor in the call was cast",),
+      "test_other_device_is_not_cast")
 _fake("cuda-binary_cross_entropy-not-banned",
       "AutocastCUDA binary_cross_entropy just redispatches: the banned op runs under autocast",
       keep_dtype("binary_cross_entropy", "AutocastCUDA"),

@@ -7,8 +7,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .argspec import other_device
-
 
 class CastCounter(TorchDispatchMode):
     """Counts the dtype conversions (``aten._to_copy``) autocast makes of one tensor.
@@ -45,7 +43,3 @@ def weight_and_input(device: str) -> tuple[torch.Tensor, torch.Tensor]:
     w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
     x = torch.randn(8, 8, generator=g).to(device).requires_grad_()
     return w, x
-
-
-def ineligible_device(device: str) -> str:
-    return other_device(device)

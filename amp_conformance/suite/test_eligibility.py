@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from amp_conformance.probes import ineligible_device
+from amp_conformance.probes import CastCounter
 from amp_conformance.state import unchanged_autocast_state
 
 pytestmark = pytest.mark.amp_check("eligibility")
@@ -48,8 +48,39 @@ def test_integer_is_not_cast(amp_target, amp_dtype):
 
 
 def test_other_device_is_not_cast(amp_target, amp_dtype):
-    other = ineligible_device(amp_target.device)
-    mm, cat = _mm_inside(amp_target, amp_dtype, device=other, dtype=torch.float32)
-    assert (mm, cat) == (torch.float32, torch.float32), (
-        f"float32 tensors on {other} were cast under {amp_target.device} autocast: mm gave {mm}"
-    )
+    """A tensor of another device in the same call (a cpu scalar) is never cast.
+
+    Only a call that mixes devices reaches the device's autocast kernel with a foreign
+    tensor, so the probes pass a 0-dim cpu tensor, which ops accept beside device tensors,
+    in a dtype the policy would change if it counted as eligible.
+    """
+    dev = amp_target.device
+    if dev == "cpu":
+        pytest.skip("not applicable on cpu: no other device type here whose tensors can share a "
+                    "call with cpu tensors (meta tensors never enter the AutocastCPU kernels)")
+    checked = []
+    with unchanged_autocast_state(dev, "the check"), amp_target.tensors():
+        m = torch.ones(4, 4, device=dev)
+        v = torch.ones(4, device=dev)
+        h = torch.ones(4, device=dev, dtype=amp_dtype)
+        probes = {
+            # lower precision: a float32 cpu scalar would be cast to the autocast dtype
+            "torch.addmm": (lambda s: torch.addmm(s, m, m), torch.float32),
+            # promote: an autocast-dtype cpu scalar would be widened to float32
+            "torch.addcmul": (lambda s: torch.addcmul(v, h, s), amp_dtype),
+        }
+        for name, (call, scalar_dtype) in probes.items():
+            scalar = torch.tensor(2.0, dtype=scalar_dtype)
+            try:
+                call(scalar)
+            except (RuntimeError, NotImplementedError):
+                continue  # the op refuses a cpu scalar here even without autocast
+            with amp_target.autocast(amp_dtype), CastCounter(scalar) as counter:
+                call(scalar)
+            checked.append(name)
+            assert counter.count == 0, (
+                f"{name}: a cpu tensor in the call was cast to {counter.casts} under {dev} "
+                "autocast; only tensors of the autocast device are eligible"
+            )
+    if not checked:
+        pytest.skip(f"no probe op accepts a cpu scalar beside {dev} tensors here")
