@@ -1,5 +1,7 @@
 """Autocast casts only eligible tensors: floating, not float64, on the autocast device."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -76,7 +78,10 @@ def test_other_device_is_not_cast(amp_target, amp_dtype):
             except (RuntimeError, NotImplementedError):
                 continue  # the op refuses a cpu scalar here even without autocast
             with amp_target.autocast(amp_dtype), CastCounter(scalar) as counter:
-                call(scalar)
+                # Autocast casts before the op runs; an op that then refuses the mixed
+                # dtypes (a float32 scalar beside lower-precision matrices) is not at fault.
+                with contextlib.suppress(RuntimeError, NotImplementedError):
+                    call(scalar)
             checked.append(name)
             assert counter.count == 0, (
                 f"{name}: a cpu tensor in the call was cast to {counter.casts} under {dev} "
