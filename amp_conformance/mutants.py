@@ -32,6 +32,8 @@ from typing import Any, Union
 
 import torch
 
+from .harness import is_eligible, tensors_in
+
 Undo = Callable[[], None]
 
 #: Autocast dispatch key -> the device type whose tensors it casts.
@@ -113,10 +115,6 @@ def keep_dtype(op: str, dispatch_key: str = "AutocastCPU") -> Callable[[], Undo]
     return lambda: override_kernel(op, dispatch_key, lambda redispatch: redispatch)
 
 
-def _eligible(t: torch.Tensor, device: str) -> bool:
-    return t.is_floating_point() and t.dtype != torch.float64 and t.device.type == device
-
-
 def _cast_all(value: Any, dtype: torch.dtype, should_cast: Callable[[torch.Tensor], bool]) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if should_cast(value) else value
@@ -139,19 +137,9 @@ def _target_dtype(to: str, device: str, tensors: list[torch.Tensor]) -> torch.dt
     if to == FP32:
         return torch.float32
     if to == NARROWEST:
-        sizes = [t.dtype for t in tensors if _eligible(t, device)]
+        sizes = [t.dtype for t in tensors if is_eligible(t, device)]
         return min(sizes, key=lambda d: torch.finfo(d).bits) if sizes else None
     raise ValueError(to)
-
-
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat(v)]
-    return []
 
 
 def one_ulp_up(out: Any) -> Any:
@@ -185,10 +173,10 @@ def cast_kernel(
 
     def factory(redispatch: Callable) -> Callable:
         def kernel(*args, **kwargs):
-            dtype = _target_dtype(to, device, _flat((args, kwargs)))
+            dtype = _target_dtype(to, device, list(tensors_in((args, kwargs))))
             if dtype is not None:
                 def should(t):
-                    return _eligible(t, device) or also(t)
+                    return is_eligible(t, device) or also(t)
                 args = _cast_all(args, dtype, should)
                 kwargs = _cast_all(kwargs, dtype, should)
             kwargs = {k: v for k, v in kwargs.items() if k not in drop_kwargs}
@@ -536,7 +524,7 @@ def python_cast_cache(*, under_no_grad: bool = False, non_leaf: bool = False) ->
         cache: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
         def cached(t: torch.Tensor) -> torch.Tensor:
-            if not _eligible(t, "cpu"):
+            if not is_eligible(t, "cpu"):
                 return t
             dtype = torch.get_autocast_dtype("cpu")
             cacheable = torch.is_autocast_cache_enabled() and t.requires_grad \
@@ -828,7 +816,7 @@ register(Mutant(
 def _prod_drops_dtype(redispatch):
     def kernel(self, *args, **kwargs):
         kwargs.pop("dtype", None)  # the asked-for dtype is lost: float32 comes back
-        return redispatch(_cast_all(self, torch.float32, lambda t: _eligible(t, "cpu")), *args,
+        return redispatch(_cast_all(self, torch.float32, lambda t: is_eligible(t, "cpu")), *args,
                           **kwargs)
     return kernel
 
@@ -870,7 +858,7 @@ _fake("cuda-softmax-in-lower-precision",
 
 def _softmax_ignores_dtype(redispatch):
     def kernel(self, dim, dtype=None):
-        return redispatch(_cast_all(self, torch.float32, lambda t: _eligible(t, "cuda")), dim)
+        return redispatch(_cast_all(self, torch.float32, lambda t: is_eligible(t, "cuda")), dim)
     return kernel
 
 
