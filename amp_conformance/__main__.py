@@ -12,14 +12,14 @@ import sys
 
 #: command name -> (module, one-line help)
 COMMANDS = {
-    "coverage": ("amp_conformance.coverage",
+    "coverage": ("amp_conformance.tools.coverage",
                  "which overloads of a device's autocast policy the op lists exercise"),
-    "discover": ("amp_conformance.discover",
+    "discover": ("amp_conformance.tools.discover",
                  "observe a device's autocast policy on a reference device's op lists; write "
                  "it as an op list"),
-    "drift": ("amp_conformance.drift",
+    "drift": ("amp_conformance.tools.drift",
               "what changed between two conformance reports (policy, availability, messages)"),
-    "selftest": ("amp_conformance.selftest",
+    "selftest": ("amp_conformance.tools.selftest.runner",
                  "mutation testing: prove the suite catches deliberately broken autocast"),
 }
 

@@ -1,28 +1,9 @@
-"""Pytest plugin applying the mutant named by ``AMP_CONFORMANCE_MUTANT`` for one run."""
+"""Compatibility name of the selftest's mutant plugin (``-p amp_conformance.mutant_plugin``).
 
-from __future__ import annotations
+The plugin lives in :mod:`amp_conformance.tools.selftest.plugin`; README and older
+campaign scripts name this module, so its hooks are re-exported here.
+"""
 
-import os
+from amp_conformance.tools.selftest.plugin import pytest_configure, pytest_unconfigure
 
-import pytest
-
-from .mutants import CATALOGUE
-
-_UNDO = pytest.StashKey[object]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    name = os.environ.get("AMP_CONFORMANCE_MUTANT")
-    if not name:
-        raise pytest.UsageError("amp_conformance.mutant_plugin needs AMP_CONFORMANCE_MUTANT")
-    if name not in CATALOGUE:
-        raise pytest.UsageError(
-            f"unknown mutant {name!r}; known: {', '.join(sorted(CATALOGUE))}"
-        )
-    config.stash[_UNDO] = CATALOGUE[name].apply()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    undo = config.stash.get(_UNDO, None)
-    if undo is not None:
-        undo()
+__all__ = ["pytest_configure", "pytest_unconfigure"]

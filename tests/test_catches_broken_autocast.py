@@ -3,10 +3,14 @@
 import pytest
 import torch
 
-from amp_conformance import harness, oplist
-from amp_conformance.mutants import CATALOGUE
-from amp_conformance.state import AutocastState
-from amp_conformance.target import Target
+from amp_conformance.checks import oplist_checks
+from amp_conformance.checks.case import Case
+from amp_conformance.checks.reproduction import reproduction
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
+from amp_conformance.schema import oplist
+from amp_conformance.tools.selftest.catalogue import CATALOGUE
 
 
 def _run(pytester, monkeypatch, mutant_name=None, *extra):
@@ -14,7 +18,7 @@ def _run(pytester, monkeypatch, mutant_name=None, *extra):
     args = ["--pyargs", "amp_conformance.suite", "-k", mutant.select, *mutant.suite_options(), *extra]
     if mutant_name is not None:
         monkeypatch.setenv("AMP_CONFORMANCE_MUTANT", mutant_name)
-        args = ["-p", "amp_conformance.mutant_plugin", *args]
+        args = ["-p", "amp_conformance.tools.selftest.plugin", *args]
     return pytester.runpytest(*args)
 
 
@@ -40,25 +44,25 @@ def test_same_selection_passes_unmutated(pytester, monkeypatch, name):
 
 def test_policy_failure_message_names_op_entry_device_and_dtypes():
     entry = next(e for e in oplist.load("cpu").entries if e.id == "mm")
-    case = harness.Case(Target("cpu"), torch.bfloat16, entry)
+    case = Case(Target("cpu"), torch.bfloat16, entry)
     undo = CATALOGUE["mm-kept-fp32"].apply()
     try:
-        with pytest.raises(harness.ConformanceFailure) as info:
-            harness.check_policy(case)
+        with pytest.raises(ConformanceFailure) as info:
+            oplist_checks.check_policy(case)
     finally:
         undo()
     message = str(info.value)
     for words in ("torch.mm", "entry mm", "on cpu", "torch.bfloat16",
                   "output dtype torch.float32, expected torch.bfloat16", "reproduce:"):
         assert words in message, message
-    harness.check_policy(case)  # restored
+    oplist_checks.check_policy(case)  # restored
 
 
 def test_reproduction_rebuilds_the_same_inputs():
     """The printed reproduction, run as code, gives what the harness saw."""
     entry = next(e for e in oplist.load("cpu").entries if e.id == "addmm")
-    case = harness.Case(Target("cpu"), torch.bfloat16, entry)
-    source = harness.reproduction(case, "torch.addmm", torch.bfloat16)
+    case = Case(Target("cpu"), torch.bfloat16, entry)
+    source = reproduction(case, "torch.addmm", torch.bfloat16)
     namespace = {}
     exec("\n".join(line[4:] for line in source.splitlines()), namespace)  # noqa: S102
     args, kwargs = case.build_inputs()

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from amp_conformance import __main__ as cli
-from amp_conformance import drift
+from amp_conformance.tools import drift
 
 SUITE = "amp_conformance/suite"
 

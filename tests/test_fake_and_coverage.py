@@ -16,11 +16,15 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from amp_conformance import coverage, harness, oplist
 from amp_conformance.__main__ import main
-from amp_conformance.oplist import OpListError
-from amp_conformance.state import AutocastState
-from amp_conformance.target import Target
+from amp_conformance.checks import oplist_checks
+from amp_conformance.checks.case import Case
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
+from amp_conformance.schema import oplist
+from amp_conformance.schema.oplist import OpListError
+from amp_conformance.tools import coverage
 
 
 @contextlib.contextmanager
@@ -62,9 +66,9 @@ def max_pool3d_lower(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
         return torch.ops.aten.max_pool3d(x.to(dtype), kernel_size, stride, padding, dilation, ceil_mode)
 
 
-def _case(device: str, entry_id: str, dtype: torch.dtype, fake: bool) -> harness.Case:
+def _case(device: str, entry_id: str, dtype: torch.dtype, fake: bool) -> Case:
     entry = next(e for e in oplist.load(device).entries if e.id == entry_id)
-    return harness.Case(Target(device, fake=fake), dtype, entry)
+    return Case(Target(device, fake=fake), dtype, entry)
 
 
 # -- (a) a broken AutocastCUDA kernel is caught in --fake mode -----------------------
@@ -83,15 +87,15 @@ def _case(device: str, entry_id: str, dtype: torch.dtype, fake: bool) -> harness
 )
 def test_fake_cuda_catches_a_broken_kernel_and_restores_state(op, kernel, entry_id, words):
     case = _case("cuda", entry_id, torch.float16, fake=True)
-    harness.check_policy(case)  # PyTorch's own kernel conforms
+    oplist_checks.check_policy(case)  # PyTorch's own kernel conforms
     before = AutocastState.capture("cuda")
     with overridden(op, "AutocastCUDA", kernel):
-        with pytest.raises(harness.ConformanceFailure) as info:
-            harness.check_policy(case)
+        with pytest.raises(ConformanceFailure) as info:
+            oplist_checks.check_policy(case)
     assert words in str(info.value), str(info.value)
     assert f"entry {entry_id}" in str(info.value) and "cuda (fake)" in str(info.value)
     assert AutocastState.capture("cuda") == before, "the failing check left autocast state behind"
-    harness.check_policy(case)  # restored
+    oplist_checks.check_policy(case)  # restored
 
 
 def test_fake_suite_run_fails_naming_the_op(pytester):
@@ -135,15 +139,15 @@ def test_fake_suite_run_fails_naming_the_op(pytester):
 
 def test_cpu_max_pool3d_run_in_lower_precision_is_caught():
     case = _case("cpu", "max_pool3d", torch.bfloat16, fake=False)
-    harness.check_policy(case)
-    harness.check_numerics(case)
+    oplist_checks.check_policy(case)
+    oplist_checks.check_numerics(case)
     with overridden("max_pool3d", "AutocastCPU", max_pool3d_lower):
-        with pytest.raises(harness.ConformanceFailure) as info:
-            harness.check_policy(case)
+        with pytest.raises(ConformanceFailure) as info:
+            oplist_checks.check_policy(case)
     message = str(info.value)
     assert "torch.max_pool3d inside autocast: output dtype torch.bfloat16, expected torch.float32" \
         in message, message
-    harness.check_policy(case)
+    oplist_checks.check_policy(case)
 
 
 # -- (c) coverage ---------------------------------------------------------------------
@@ -168,7 +172,7 @@ def test_coverage_names_an_overload_no_entry_reaches():
         tuple(e for e in lists.entries if e.id not in ("fft_rfft2", "max_pool3d")),
         lists.paths,
     )
-    with pytest.raises(harness.ConformanceFailure) as info:
+    with pytest.raises(ConformanceFailure) as info:
         coverage.check("cpu", without, Target("cpu"), [torch.bfloat16])
     message = str(info.value)
     assert "aten::fft_rfft2" in message and "aten::max_pool3d" in message, message

@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from amp_conformance import oplist
-from amp_conformance.oplist import OpListError
+from amp_conformance.schema import oplist
+from amp_conformance.schema.oplist import OpListError
 
 HEADER = '[list]\ndevice = "cpu"\n\n'
 GOOD = '[[entry]]\nid = "mm"\nop = "mm"\ncategory = "torch_16"\nargs = [{shape = [2, 2]}, {shape = [2, 2]}]\n'

@@ -25,11 +25,18 @@ from torch._C import DispatchKey, DispatchKeySet
 from torch.amp import autocast_mode
 
 import amp_conformance.suite
-from amp_conformance import custom_fwd_properties as cfp
-from amp_conformance import hypothesis_profiles, policy_properties, regions_model
-from amp_conformance.harness import ConformanceFailure, is_eligible
-from amp_conformance.state import AutocastState
-from amp_conformance.target import Target
+from amp_conformance.core.casting import is_eligible
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
+from amp_conformance.properties import custom_fwd as cfp
+from amp_conformance.properties import (
+    policy as policy_properties,
+)
+from amp_conformance.properties import (
+    profiles,
+    regions,
+)
 
 CPU = Target("cpu")
 SUITE = Path(amp_conformance.suite.__file__).parent
@@ -43,8 +50,8 @@ def ci(monkeypatch):
     first few, and the margin keeps these tests green should a Hypothesis release
     derandomize to other examples. A property that passes costs nothing extra here.
     """
-    monkeypatch.setattr(hypothesis_profiles, "_selected", "ci")
-    return hypothesis_profiles.selected(max_examples=100)
+    monkeypatch.setattr(profiles, "_selected", "ci")
+    return profiles.selected(max_examples=100)
 
 
 @pytest.fixture(autouse=True)
@@ -93,8 +100,8 @@ def test_regions_machine_catches_broken_exit(monkeypatch, ci, what):
     """(a) an __exit__ that forgets the outer dtype (or enabled flag, cache flag, nesting
     depth, or swallows the body's exception) disagrees with the stack model."""
     monkeypatch.setattr(autocast_mode.autocast, "__exit__", _exit_forgetting(what))
-    message = _fails(lambda: regions_model.run_regions_machine(CPU, ci),
-                     regions_model.PROPERTY, "reproduce (equivalent Python")
+    message = _fails(lambda: regions.run_regions_machine(CPU, ci),
+                     regions.PROPERTY, "reproduce (equivalent Python")
     if what == "dtype":
         assert re.search(r"is \(\w+, torch\.\w+, \w+, torch\.\w+\), the region stack gives",
                          message), message
@@ -103,7 +110,7 @@ def test_regions_machine_catches_broken_exit(monkeypatch, ci, what):
 def test_regions_machine_checks_the_fake_target(monkeypatch, ci):
     """Under --fake the device's regions go through Target.autocast: a switch that does
     not put the outer dtype back is caught there too (and the fake device is probed)."""
-    from amp_conformance import target as target_module
+    from amp_conformance.core import target as target_module
 
     real = target_module._switched_autocast
 
@@ -116,13 +123,13 @@ def test_regions_machine_checks_the_fake_target(monkeypatch, ci):
         torch.set_autocast_dtype(device, kept)  # the bug: the inner dtype survives the exit
 
     monkeypatch.setattr(target_module, "_switched_autocast", switched_keeping_dtype)
-    _fails(lambda: regions_model.run_regions_machine(Target("cuda", fake=True), ci),
-           regions_model.PROPERTY, "target.autocast(", "cuda state")
+    _fails(lambda: regions.run_regions_machine(Target("cuda", fake=True), ci),
+           regions.PROPERTY, "target.autocast(", "cuda state")
 
 
 def test_regions_machine_catches_state_shared_across_threads(monkeypatch, ci):
     """A new thread that inherits this thread's autocast state breaks thread-locality."""
-    real_thread = regions_model.threading.Thread
+    real_thread = regions.threading.Thread
     enabled = torch.is_autocast_enabled
 
     class InheritingThread(real_thread):
@@ -136,8 +143,8 @@ def test_regions_machine_catches_state_shared_across_threads(monkeypatch, ci):
 
             super().__init__(target=body, **kwargs)
 
-    monkeypatch.setattr(regions_model.threading, "Thread", InheritingThread)
-    _fails(lambda: regions_model.run_regions_machine(CPU, ci), regions_model.PROPERTY,
+    monkeypatch.setattr(regions.threading, "Thread", InheritingThread)
+    _fails(lambda: regions.run_regions_machine(CPU, ci), regions.PROPERTY,
            "in a new thread")
 
 
@@ -151,7 +158,7 @@ def test_regions_machine_catches_entry_that_does_not_warn(monkeypatch, ci):
             real_init(self, *args, **kwargs)
 
     monkeypatch.setattr(autocast_mode.autocast, "__init__", silent_init)
-    _fails(lambda: regions_model.run_regions_machine(CPU, ci), regions_model.PROPERTY,
+    _fails(lambda: regions.run_regions_machine(CPU, ci), regions.PROPERTY,
            "did not warn")
 
 
@@ -160,7 +167,7 @@ def test_regions_machine_leaves_state_when_it_fails(monkeypatch, ci):
     monkeypatch.setattr(autocast_mode.autocast, "__exit__", _exit_forgetting("dtype"))
     before = AutocastState.capture("cpu")
     with pytest.raises(ConformanceFailure):
-        regions_model.run_regions_machine(CPU, ci)
+        regions.run_regions_machine(CPU, ci)
     monkeypatch.undo()
     assert not before.diff(AutocastState.capture("cpu"))
 
@@ -346,7 +353,7 @@ def test_promote_property_catches_cast_to_autocast_dtype(ci):
 def test_policy_property_rejects_values_on_fake_target():
     with pytest.raises(ValueError, match="carries no values"):
         policy_properties.check_policy_property(
-            Target("cuda", fake=True), torch.float16, "lower", hypothesis_profiles.selected(),
+            Target("cuda", fake=True), torch.float16, "lower", profiles.selected(),
             values=True)
 
 
@@ -377,7 +384,7 @@ def pytest_unconfigure(config):
 @pytest.fixture
 def inner_run(pytester, monkeypatch):
     """Run pytest in-process; the profile it selects and any patch are undone after."""
-    monkeypatch.setattr(hypothesis_profiles, "_selected", hypothesis_profiles._selected)
+    monkeypatch.setattr(profiles, "_selected", profiles._selected)
     monkeypatch.setattr(autocast_mode, "_cast", autocast_mode._cast)
     pytester.syspathinsert()
     return pytester
@@ -398,11 +405,11 @@ def test_suite_failure_shows_shrunk_example_and_reproduction(inner_run):
 
 def test_profile_option_selects_profile(inner_run):
     inner_run.makepyfile(test_which="""
-        from amp_conformance import hypothesis_profiles
+        from amp_conformance.properties import profiles
 
         def test_which():
-            assert hypothesis_profiles.selected_name() == "nightly"
-            assert hypothesis_profiles.selected().max_examples >= 1000
+            assert profiles.selected_name() == "nightly"
+            assert profiles.selected().max_examples >= 1000
     """)
     result = inner_run.runpytest("--amp-hypothesis-profile", "nightly")
     result.assert_outcomes(passed=1)
@@ -417,7 +424,7 @@ def test_unknown_profile_is_a_usage_error(inner_run):
 
 def test_profiles_registered():
     """ci is derandomized, deadline-free and small; nightly runs thousands of examples."""
-    ci = settings.get_profile(hypothesis_profiles.PREFIX + "ci")
+    ci = settings.get_profile(profiles.PREFIX + "ci")
     assert ci.derandomize and ci.deadline is None and ci.max_examples <= 50
-    nightly = settings.get_profile(hypothesis_profiles.PREFIX + "nightly")
+    nightly = settings.get_profile(profiles.PREFIX + "nightly")
     assert nightly.max_examples >= 1000

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from amp_conformance import selftest
-from amp_conformance.mutants import CATALOGUE, Mutant, register
+from amp_conformance.tools.selftest import runner
+from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant, register
 
 #: A fast, representative part of the campaign for CI: a wrong policy, wrong numerics,
 #: region state, the cast cache, an error path, and a fake-tier AutocastCUDA kernel (a
@@ -99,22 +99,22 @@ def test_undo_restores_what_the_mutant_changed(name):
 
 
 def test_default_campaign_is_the_cpu_tier_and_fake_the_fake_tier():
-    cpu = selftest.select_mutants(None, False)
-    fake = selftest.select_mutants(None, True)
+    cpu = runner.select_mutants(None, False)
+    fake = runner.select_mutants(None, True)
     assert cpu and all(m.device == "cpu" and not m.fake for m in cpu)
     assert fake and all(m.fake for m in fake)
-    assert selftest.select_mutants("cuda", True) == [m for m in fake if m.device == "cuda"]
-    assert len(selftest.select_mutants(None, False, every_tier=True)) == len(cpu) + len(fake)
-    assert [m.name for m in selftest.select_mutants(None, False, ["cuda-mm-kept-fp32"])] == [
+    assert runner.select_mutants("cuda", True) == [m for m in fake if m.device == "cuda"]
+    assert len(runner.select_mutants(None, False, every_tier=True)) == len(cpu) + len(fake)
+    assert [m.name for m in runner.select_mutants(None, False, ["cuda-mm-kept-fp32"])] == [
         "cuda-mm-kept-fp32"]
     with pytest.raises(SystemExit, match="unknown mutant"):
-        selftest.select_mutants(None, False, ["no-such-mutant"])
+        runner.select_mutants(None, False, ["no-such-mutant"])
 
 
 def test_one_baseline_per_tier_with_the_union_of_selections():
-    groups = selftest.tiers(selftest.select_mutants(None, False, every_tier=True))
+    groups = runner.tiers(runner.select_mutants(None, False, every_tier=True))
     assert set(groups) == {("--device", "cpu"), ("--device", "cuda", "--fake")}
-    union = selftest.union_selection(groups[("--device", "cpu")])
+    union = runner.union_selection(groups[("--device", "cpu")])
     assert "(test_policy and torch_16-mm) or (" in union
 
 
@@ -125,8 +125,8 @@ _FAILED = """\
 F                                                                        [100%]
 =================================== FAILURES ===================================
 _____________ test_policy[cpu-bfloat16-torch_16-mm] _____________
-amp_conformance/harness.py:1: in check_policy
-E   amp_conformance.harness.ConformanceFailure: torch.mm [entry mm] on cpu:
+amp_conformance/checks/oplist_checks.py:1: in check_policy
+E   amp_conformance.core.errors.ConformanceFailure: torch.mm [entry mm] on cpu:
 E     torch.mm inside autocast: output dtype torch.float32, expected x
 =========================== short test summary info ============================
 FAILED test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm] - amp_conformance...
@@ -143,7 +143,7 @@ FAILED test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm] - amp_conformance..
     (None, "", "error"),
 ])
 def test_judge(returncode, output, status):
-    verdict = selftest.judge(_MUTANT, selftest.Run("m", returncode, output, 1.0))
+    verdict = runner.judge(_MUTANT, runner.Run("m", returncode, output, 1.0))
     assert verdict.status == status, verdict.detail
 
 
@@ -151,16 +151,16 @@ def test_expect_must_be_in_a_message_not_only_in_a_test_id():
     """The test id names the entry; the kill needs the message to name it."""
     only_in_id = _FAILED.replace("E     torch.mm inside autocast", "E     inside autocast")
     only_in_id = only_in_id.replace("torch.mm [entry mm]", "[entry]")
-    verdict = selftest.judge(
+    verdict = runner.judge(
         Mutant("m", "b", lambda: lambda: None, expect="torch_16-mm", select="x"),
-        selftest.Run("m", 1, only_in_id, 1.0),
+        runner.Run("m", 1, only_in_id, 1.0),
     )
     assert verdict.status == "unnamed"
 
 
 def _args(**kwargs):
     parser = argparse.ArgumentParser()
-    selftest.add_arguments(parser)
+    runner.add_arguments(parser)
     args = parser.parse_args([])
     for k, v in kwargs.items():
         setattr(args, k, v)
@@ -172,10 +172,10 @@ def test_red_baseline_stops_the_campaign_loudly(monkeypatch, capsys):
 
     def fake_run_suite(label, select, options, mutant, timeout, cwd):
         ran.append(mutant)
-        return selftest.Run(label, 1, _FAILED, 0.1)
+        return runner.Run(label, 1, _FAILED, 0.1)
 
-    monkeypatch.setattr(selftest, "run_suite", fake_run_suite)
-    assert selftest.run(_args(only=["mm-kept-fp32"])) == 2
+    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    assert runner.run(_args(only=["mm-kept-fp32"])) == 2
     assert ran == [None], "no mutant runs on a red baseline"
     assert "BASELINE NOT GREEN" in capsys.readouterr().out
 
@@ -183,14 +183,14 @@ def test_red_baseline_stops_the_campaign_loudly(monkeypatch, capsys):
 def test_summary_ends_with_killed_count_then_survivors(monkeypatch, capsys):
     def fake_run_suite(label, select, options, mutant, timeout, cwd):
         if mutant is None:
-            return selftest.Run(label, 0, "2 passed in 0.1s\n", 0.1)
+            return runner.Run(label, 0, "2 passed in 0.1s\n", 0.1)
         if mutant == "mm-kept-fp32":
-            return selftest.Run(label, 1, _FAILED.replace("expected x", "expected torch.bfloat16")
+            return runner.Run(label, 1, _FAILED.replace("expected x", "expected torch.bfloat16")
                                 .replace("torch.mm [entry mm]", "torch.mm"), 0.1)
-        return selftest.Run(label, 0, "2 passed in 0.1s\n", 0.1)
+        return runner.Run(label, 0, "2 passed in 0.1s\n", 0.1)
 
-    monkeypatch.setattr(selftest, "run_suite", fake_run_suite)
-    status = selftest.run(_args(only=["mm-kept-fp32", "linear-kept-fp32"], jobs=1))
+    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    status = runner.run(_args(only=["mm-kept-fp32", "linear-kept-fp32"], jobs=1))
     lines = capsys.readouterr().out.splitlines()
     assert status == 1
     assert lines[-2] == "killed 1/2"
@@ -201,12 +201,12 @@ def test_summary_ends_with_killed_count_then_survivors(monkeypatch, capsys):
 def test_known_gap_survivor_is_reported_but_does_not_fail(monkeypatch, capsys):
     gap = dataclasses.replace(CATALOGUE["mm-kept-fp32"], name="synthetic-gap", gap="a known hole")
     monkeypatch.setitem(CATALOGUE, gap.name, gap)
-    monkeypatch.setattr(selftest, "run_suite", lambda label, *a: selftest.Run(
+    monkeypatch.setattr(runner, "run_suite", lambda label, *a: runner.Run(
         label, 0, "4 passed in 0.1s\n", 0.1))
-    assert selftest.run(_args(only=[gap.name])) == 0
+    assert runner.run(_args(only=[gap.name])) == 0
     out = capsys.readouterr().out
     assert "killed 0/1" in out and f"survived: {gap.name}" in out and "known gap" in out
-    assert selftest.run(_args(only=[gap.name], strict=True)) == 1
+    assert runner.run(_args(only=[gap.name], strict=True)) == 1
 
 
 # -- the campaign, for real ----------------------------------------------------------

@@ -19,7 +19,10 @@ import pytest
 import torch
 
 from amp_conformance import __main__ as cli
-from amp_conformance import oplist, report, report_html, vendor
+from amp_conformance.plugin import vendor
+from amp_conformance.plugin.report import collect as report
+from amp_conformance.plugin.report import render
+from amp_conformance.schema import oplist
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fakegpu"
@@ -352,8 +355,8 @@ def test_render_handles_an_empty_run():
     data = {"schema": report.SCHEMA, "torch": "x", "python": "y", "device": "cpu", "fake": False,
             "amp_dtypes": [], "numerics": "bitwise", "options": {}, "categories": {}, "results": [],
             "summary": dict.fromkeys(SUMMARY_KEYS, 0)}
-    assert "No op-list items" in report_html.render_html(data)
-    assert "pass rate **—**" in report_html.render_markdown(data)
+    assert "No op-list items" in render.render_html(data)
+    assert "pass rate **—**" in render.render_markdown(data)
 
 
 # -- discover ------------------------------------------------------------------------

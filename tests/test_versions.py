@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from amp_conformance import generate, messages, oplist
-from amp_conformance.harness import Case
-from amp_conformance.target import Target
+from amp_conformance.checks.case import Case
+from amp_conformance.core.target import Target
+from amp_conformance.plugin import parametrize
+from amp_conformance.schema import messages, oplist
 
 #: the oldest torch the suite supports (README "Supported torch versions")
 OLDEST = "2.4.0"
@@ -93,17 +94,17 @@ def test_generator_reports_version_gaps_as_not_applicable(monkeypatch, check):
     """On a simulated torch 2.11 the rms_norm items are generated, skipped with the reason."""
     rms_norm, addmm_activation = _case("cuda", "rms_norm", fake=True), _case("cpu", "_addmm_activation")
     monkeypatch.setattr(torch, "__version__", "2.11.0")
-    reason = generate.not_applicable(check, rms_norm)
+    reason = parametrize.not_applicable(check, rms_norm)
     assert reason == "not applicable: needs torch >= 2.12, running 2.11.0"
     monkeypatch.setattr(torch, "__version__", "2.5.1")
-    reason = generate.not_applicable(check, addmm_activation)
+    reason = parametrize.not_applicable(check, addmm_activation)
     assert reason == "not applicable: needs torch >= 2.6, running 2.5.1"
 
 
 def test_generator_applies_entries_on_their_version(monkeypatch):
     rms_norm = _case("cuda", "rms_norm", fake=True)
     monkeypatch.setattr(torch, "__version__", "2.12.0")
-    assert generate.not_applicable("policy", rms_norm) is None
+    assert parametrize.not_applicable("policy", rms_norm) is None
 
 
 @pytest.mark.parametrize("version", ["2.4.1", "2.11.0", "2.13.0", "2.14.1", "2.15.0.dev20260101"])

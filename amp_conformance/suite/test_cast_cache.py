@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from amp_conformance.probes import CastCounter, weight_and_input
-from amp_conformance.state import unchanged_autocast_state
+from amp_conformance.core.probes import CastCounter, weight_and_input
+from amp_conformance.core.state import unchanged_autocast_state
 
 pytestmark = [pytest.mark.amp_needs_values, pytest.mark.amp_check("cast_cache")]
 

@@ -1,14 +1,14 @@
 """The op lists cover the device's whole autocast policy.
 
 Every overload the running torch registers for the device's ``Autocast<Device>`` key must
-be entered by some op-list entry (observed, see amp_conformance.coverage) or excluded
+be entered by some op-list entry (observed, see amp_conformance.tools.coverage) or excluded
 with a written reason; the failure names the overloads that are neither.
 """
 
 import pytest
 
-from amp_conformance import coverage
-from amp_conformance.generate import load_oplist
+from amp_conformance.plugin.parametrize import load_oplist
+from amp_conformance.tools import coverage
 
 pytestmark = pytest.mark.amp_check("coverage")
 

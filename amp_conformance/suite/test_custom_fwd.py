@@ -3,7 +3,10 @@ and the autocast state forward and backward run in."""
 
 import pytest
 
-from amp_conformance import custom_fwd_properties, hypothesis_profiles
+from amp_conformance.properties import (
+    custom_fwd,
+    profiles,
+)
 
 pytestmark = pytest.mark.amp_check("custom_fwd")
 
@@ -12,8 +15,8 @@ def test_cast_inputs(amp_target, amp_dtype):
     """cast_inputs casts the device's floating (not float64) tensors inside any nesting of
     lists, tuples and dicts, hands everything else over as the same object, and runs
     forward with autocast off; outside an enabled region it does nothing."""
-    custom_fwd_properties.check_cast_inputs_property(
-        amp_target, amp_dtype, hypothesis_profiles.selected()
+    custom_fwd.check_cast_inputs_property(
+        amp_target, amp_dtype, profiles.selected()
     )
 
 
@@ -23,4 +26,4 @@ def test_backward_runs_in_forward_state(amp_target):
     if amp_target.fake:
         pytest.skip("not applicable in --fake mode: custom_bwd re-enters torch.autocast on the "
                     "device, which refuses an absent device, and autograd needs real tensors")
-    custom_fwd_properties.check_backward_property(amp_target, hypothesis_profiles.selected())
+    custom_fwd.check_backward_property(amp_target, profiles.selected())

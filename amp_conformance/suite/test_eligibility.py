@@ -5,8 +5,8 @@ import contextlib
 import pytest
 import torch
 
-from amp_conformance.probes import CastCounter
-from amp_conformance.state import unchanged_autocast_state
+from amp_conformance.core.probes import CastCounter
+from amp_conformance.core.state import unchanged_autocast_state
 
 pytestmark = pytest.mark.amp_check("eligibility")
 

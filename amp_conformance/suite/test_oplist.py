@@ -2,7 +2,7 @@
 
 import pytest
 
-from amp_conformance import harness
+from amp_conformance.checks import oplist_checks
 
 
 @pytest.mark.amp_check("policy")
@@ -11,7 +11,7 @@ def test_policy(amp_case, record_property):
     a banned op raises its documented error inside and runs outside."""
     observed = {}
     try:
-        harness.check_policy(amp_case, observed)
+        oplist_checks.check_policy(amp_case, observed)
     finally:
         record_property("amp_observed", observed)
 
@@ -20,16 +20,16 @@ def test_policy(amp_case, record_property):
 def test_numerics(amp_case):
     """The autocast output equals a control computed with autocast disabled on inputs
     cast by hand to the policy's dtype (bitwise, or close with --numerics close)."""
-    harness.check_numerics(amp_case)
+    oplist_checks.check_numerics(amp_case)
 
 
 @pytest.mark.amp_check("outside")
 def test_outside(amp_case):
     """Outside autocast the same call runs in its input dtypes, untouched."""
-    harness.check_outside(amp_case)
+    oplist_checks.check_outside(amp_case)
 
 
 @pytest.mark.amp_check("legacy")
 def test_legacy(amp_case):
     """The legacy torch.<device>.amp.autocast gives torch.autocast's result and warns."""
-    harness.check_legacy(amp_case)
+    oplist_checks.check_legacy(amp_case)

@@ -8,8 +8,14 @@ equivalent Python code that reproduces it.
 
 import pytest
 
-from amp_conformance import hypothesis_profiles, policy_properties, regions_model
-from amp_conformance.state import unchanged_autocast_state
+from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.properties import (
+    policy as policy_properties,
+)
+from amp_conformance.properties import (
+    profiles,
+    regions,
+)
 
 pytestmark = pytest.mark.amp_check("properties")
 
@@ -20,7 +26,7 @@ def test_regions_stack(amp_target):
     """Entering, leaving, decorating, raising, disabling, threads: after every step the
     autocast state and a probe op agree with a model of the open regions as a stack."""
     with unchanged_autocast_state(amp_target.device, "the regions state machine"):
-        regions_model.run_regions_machine(amp_target, hypothesis_profiles.selected())
+        regions.run_regions_machine(amp_target, profiles.selected())
 
 
 def _require_candidates(amp_settings, amp_target, amp_dtype, policy):
@@ -39,7 +45,7 @@ def test_policy_casts_only_eligible_inputs(amp_settings, amp_target, amp_dtype, 
     dtypes, shapes and devices; all-eligible inputs give the policy's dtype."""
     _require_candidates(amp_settings, amp_target, amp_dtype, policy)
     policy_properties.check_policy_property(
-        amp_target, amp_dtype, policy, hypothesis_profiles.selected(), values=False,
+        amp_target, amp_dtype, policy, profiles.selected(), values=False,
         numerics=amp_settings.numerics, oplists=amp_settings.oplists,
     )
 
@@ -51,6 +57,6 @@ def test_policy_equals_hand_cast_control(amp_settings, amp_target, amp_dtype, po
     default, within tolerance with --numerics close)."""
     _require_candidates(amp_settings, amp_target, amp_dtype, policy)
     policy_properties.check_policy_property(
-        amp_target, amp_dtype, policy, hypothesis_profiles.selected(), values=True,
+        amp_target, amp_dtype, policy, profiles.selected(), values=True,
         numerics=amp_settings.numerics, oplists=amp_settings.oplists,
     )

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from amp_conformance import devices
-from amp_conformance.probes import probe
-from amp_conformance.state import unchanged_autocast_state
+from amp_conformance.core import devices
+from amp_conformance.core.probes import probe
+from amp_conformance.core.state import unchanged_autocast_state
 
 pytestmark = pytest.mark.amp_check("regions")
 
@@ -97,7 +97,7 @@ def test_decorator_form(amp_target, amp_dtype):
 
 def test_default_autocast_dtype(amp_settings, amp_target, amp_dtype):
     """torch.get_autocast_dtype and torch.autocast(device) without dtype use the device default."""
-    from amp_conformance.generate import load_oplist
+    from amp_conformance.plugin.parametrize import load_oplist
 
     dev = amp_target.device
     recorded = load_oplist(dev, amp_settings.oplists).default_amp_dtype

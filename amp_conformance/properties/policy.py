@@ -29,12 +29,15 @@ from hypothesis import event, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from . import devices, strategies
-from .generate import load_oplist
-from .harness import Case, ConformanceFailure, hand_cast, is_eligible, tensors_in, widest_eligible
-from .oplist import Entry, variants
-from .state import unchanged_autocast_state
-from .target import Target
+from amp_conformance.checks.case import Case
+from amp_conformance.core import devices
+from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in, widest_eligible
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import Target
+from amp_conformance.plugin.parametrize import load_oplist
+from amp_conformance.properties import strategies
+from amp_conformance.schema.oplist import Entry, variants
 
 #: The policies these properties cover, and the name a failure reports.
 POLICIES = {
@@ -288,9 +291,9 @@ def reproduction(target: Target, amp_dtype: torch.dtype, cand: Candidate, exampl
                else "fn(*args)")
     body += [f"control = {control}  # autocast off, eligible inputs cast by hand",
              "print(out, control)"]
-    head = ["import torch", "from amp_conformance.harness import hand_cast"]
+    head = ["import torch", "from amp_conformance.core.casting import hand_cast"]
     if fake:
-        head += ["from amp_conformance.target import Target",
+        head += ["from amp_conformance.core.target import Target",
                  f"target = Target({dev!r}, fake=True)", "with target.tensors():"]
         body = ["    " + line for line in body]
     return "\n".join("    " + line for line in head + body)

@@ -17,8 +17,8 @@ import numpy  # a dependency: torch's _cast special-cases arrays, and we check i
 import torch
 from hypothesis import strategies as st
 
-from .argspec import other_device
-from .target import Target
+from amp_conformance.core.target import Target
+from amp_conformance.schema.argspec import other_device
 
 #: Input dtypes, in the order Hypothesis shrinks towards (the eligible float32 first).
 FLOATING = (torch.float32, torch.bfloat16, torch.float16)

@@ -37,21 +37,17 @@ from typing import Any
 
 import torch
 
-from . import argspec, devices, oplist
-from .categories import CATEGORIES
-from .harness import (
-    Case,
-    ConformanceFailure,
-    compare,
-    expected_inside,
-    hand_cast,
-    output_dtypes,
-    tensors_in,
-    widest_eligible,
-)
-from .oplist import Entry
-from .state import unchanged_autocast_state
-from .target import Target, fake_supported
+from amp_conformance.checks.case import Case
+from amp_conformance.checks.expectations import expected_inside
+from amp_conformance.core import devices
+from amp_conformance.core.casting import hand_cast, output_dtypes, tensors_in, widest_eligible
+from amp_conformance.core.compare import compare
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.schema import argspec, oplist
+from amp_conformance.schema.categories import CATEGORIES
+from amp_conformance.schema.oplist import Entry
 
 #: the reference's policies in discover's vocabulary
 REFERENCE_POLICY = {

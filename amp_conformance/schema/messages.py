@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .oplist import OpListError, builtin_dir, release
+from amp_conformance.schema.oplist import OpListError, builtin_dir, release
 
 _KEYS = {"id", "text", "match", "since", "until"}
 

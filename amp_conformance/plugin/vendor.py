@@ -30,8 +30,9 @@ from typing import Any
 
 import pytest
 
-from . import devices
-from .options import Settings
+from amp_conformance.checks import registry
+from amp_conformance.core import devices
+from amp_conformance.plugin.options import Settings
 
 #: capability -> (type, default, what turning it off means)
 CAPABILITIES: dict[str, tuple[type, Any, str]] = {
@@ -40,8 +41,6 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "amp_dtypes": (list, None, "device declares no autocast in"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
-#: checks (the amp_check marker) that need a capability, and the capability
-CHECK_NEEDS = {"cast_cache": "cast_cache"}
 _AMP_DTYPES = ("bfloat16", "float16")
 
 
@@ -89,7 +88,7 @@ class Capabilities:
 
     def skip_reason(self, check: str | None) -> str | None:
         """Why the check ``check`` (an amp_check name) does not apply, or None."""
-        needed = CHECK_NEEDS.get(check or "")
+        needed = registry.REGISTRY[check].capability if check in registry.REGISTRY else None
         if needed is not None and not self.get(needed):
             return self.why(needed)
         return None

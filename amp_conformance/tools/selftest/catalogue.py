@@ -1,10 +1,10 @@
 """Deliberately broken autocast implementations, to prove the suite catches them.
 
 A mutant is applied for one run of the suite through the plugin module
-``amp_conformance.mutant_plugin`` (``-p amp_conformance.mutant_plugin`` with the mutant's
+``amp_conformance.tools.selftest.plugin`` (``-p amp_conformance.tools.selftest.plugin`` with the mutant's
 name in the ``AMP_CONFORMANCE_MUTANT`` environment variable); ``apply()`` returns the
 function that undoes it. ``python -m amp_conformance selftest`` runs the whole catalogue,
-each mutant in its own process (see :mod:`amp_conformance.selftest`).
+each mutant in its own process (see :mod:`amp_conformance.tools.selftest.runner`).
 
 Adding a mutant is one ``register(Mutant(...))`` call: what it breaks (``apply``), the
 checks that must catch it (``select``, a ``-k`` expression kept narrow so the campaign
@@ -25,6 +25,7 @@ Kinds of breakage, and the helpers that make them:
 from __future__ import annotations
 
 import functools
+import importlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,14 +33,10 @@ from typing import Any, Union
 
 import torch
 
-from .harness import is_eligible, tensors_in
+from amp_conformance.core import devices
+from amp_conformance.core.casting import is_eligible, tensors_in
 
 Undo = Callable[[], None]
-
-#: Autocast dispatch key -> the device type whose tensors it casts.
-_KEY_DEVICE = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda", "AutocastXPU": "xpu",
-               "AutocastMPS": "mps", "AutocastMTIA": "mtia"}
-
 
 @dataclass(frozen=True)
 class Mutant:
@@ -169,7 +166,7 @@ def cast_kernel(
     """An autocast kernel that casts eligible inputs to ``to`` (``AMP``, ``FP32`` or
     ``NARROWEST``), and the tensors ``also`` accepts besides; ``output`` post-processes
     the result; ``drop_kwargs``/``force_kwargs`` edit the call's keyword arguments."""
-    device = _KEY_DEVICE[dispatch_key]
+    device = devices.device_of_dispatch_key(dispatch_key)
 
     def factory(redispatch: Callable) -> Callable:
         def kernel(*args, **kwargs):
@@ -896,3 +893,11 @@ _fake("cuda-upsample_nearest2d-in-lower-precision",
       keep_dtype("upsample_nearest2d", "AutocastCUDA"),
       ("torch._C._nn.upsample_nearest2d", "expected torch.float32"),
       "test_policy and nn_fp32-upsample_nearest2d")
+
+
+# -- the other check families ---------------------------------------------------------
+# Each family's mutants live in a module of their own beside this one and register
+# themselves on import, so a new family adds a module and one name here.
+FAMILIES = ("gradscaler", "compile", "training")
+for _family in FAMILIES:
+    importlib.import_module(f"amp_conformance.tools.selftest.mutants_{_family}")

@@ -68,8 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def item_info(item: pytest.Item) -> dict[str, Any]:
     """What the report needs to know of an item, beyond its outcome."""
-    from . import devices
-    from .vendor import check_of
+    from amp_conformance.core import devices
+    from amp_conformance.plugin.vendor import check_of
 
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
@@ -206,9 +206,9 @@ class ReportWriter:
     # -- building --------------------------------------------------------------------
 
     def build(self) -> dict[str, Any]:
-        from . import devices
-        from .plugin import settings
-        from .vendor import declarations
+        from amp_conformance.core import devices
+        from amp_conformance.plugin import settings
+        from amp_conformance.plugin.vendor import declarations
 
         s = settings(self.config)
         decl = declarations(self.config)
@@ -237,7 +237,7 @@ class ReportWriter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from .report_html import render_html, render_markdown
+        from amp_conformance.plugin.report.render import render_html, render_markdown
 
         data = self.build()
         json_path, html_path, md_path = report_paths(self.path)

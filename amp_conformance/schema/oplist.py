@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch.torch_version import TorchVersion
 
-from . import argspec
-from .categories import CATEGORIES, DEFAULT_CAST, DEFAULT_EXPECT, NAMESPACES
+from amp_conformance.checks import registry
+from amp_conformance.schema import argspec
+from amp_conformance.schema.categories import CATEGORIES, DEFAULT_CAST, DEFAULT_EXPECT, NAMESPACES
 
 ENTRY_KEYS = {
     "id", "op", "category", "namespace", "method", "args", "kwargs", "expect", "cast",
@@ -29,7 +30,6 @@ LIST_KEYS = {"device", "default_amp_dtype", "source", "description", "derive_fro
 EXCLUDE_KEYS = {"overload", "reason", "since", "until"}
 DROP_KEYS = {"id", "overload", "reason"}
 SKIP_CONDITIONS = {"amp_dtype", "hip", "numerics", "fake", "check"}
-CHECKS = ("policy", "numerics", "outside", "legacy")
 #: what the numerics control casts eligible inputs to: the autocast dtype, a fixed dtype
 #: (for kernels that ignore the autocast dtype, e.g. cuDNN RNNs always run in float16),
 #: the widest input type, or nothing
@@ -335,7 +335,11 @@ def parse_entry(raw: Any, path: Path | str, index: int, device: str) -> Entry:
                   f"unknown skip condition; allowed: {', '.join(sorted(SKIP_CONDITIONS))}")
         if not conditions:
             _fail(path, eid, fname,
-                  "a skip needs at least one condition (amp_dtype, hip, numerics, fake)")
+                  "a skip needs at least one condition (amp_dtype, hip, numerics, fake, check)")
+        if "check" in conditions and conditions["check"] not in registry.names(per_entry=True):
+            _fail(path, eid, f"{fname}.check",
+                  f"unknown check {conditions['check']!r}; the per-entry checks are: "
+                  f"{', '.join(registry.names(per_entry=True))}")
         skips.append(Skip(s["reason"], conditions))
     amp_dtypes = raw.get("amp_dtypes")
     if amp_dtypes is not None:
@@ -500,7 +504,7 @@ def builtin_dir() -> Path:
         for location in spec.submodule_search_locations:
             if Path(location, "cpu.toml").is_file():
                 return Path(location)
-    return Path(__file__).resolve().parent.parent / "oplists"
+    return Path(__file__).resolve().parents[2] / "oplists"  # a checkout: amp_conformance/schema/..
 
 
 MESSAGES_FILE = "messages.toml"

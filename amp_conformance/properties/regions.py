@@ -31,11 +31,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from . import devices
-from .harness import ConformanceFailure
-from .probes import probe
-from .state import AutocastState, nesting
-from .target import Target
+from amp_conformance.core import devices
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.probes import probe
+from amp_conformance.core.state import AutocastState, nesting
+from amp_conformance.core.target import Target
 
 PROPERTY = "autocast regions stack"
 MAX_DEPTH = 6
@@ -203,7 +203,7 @@ def rejecting_devices(target: Target) -> frozenset[str]:
     """Devices whose regions go through torch.autocast's warn-and-disable dtype check."""
     return frozenset(
         d for d in region_devices(target)
-        if d != "cuda" and not (target.fake and d == target.device)
+        if devices.profile(d).rejects_unsupported_dtype and not (target.fake and d == target.device)
     )
 
 
@@ -268,9 +268,9 @@ def make_machine(target: Target) -> type[RuleBasedStateMachine]:
 
         def _header(self) -> list[str]:
             lines = ["import threading", "import torch",
-                     "from amp_conformance.probes import probe"]
+                     "from amp_conformance.core.probes import probe"]
             if self.target.fake:
-                lines += ["from amp_conformance.target import Target",
+                lines += ["from amp_conformance.core.target import Target",
                           f"target = Target({self.target.device!r}, fake=True)",
                           "def observe(dev):",
                           "    with target.tensors():",

@@ -9,7 +9,10 @@ import re
 from collections import Counter
 from typing import Any
 
-OP_CHECKS = ("policy", "numerics", "outside", "legacy")
+from amp_conformance.checks import registry
+
+#: the per-entry checks, in registry order: the op matrix's columns
+OP_CHECKS = registry.names(per_entry=True)
 #: outcome -> (css class, cell symbol, legend label)
 STYLE = {
     "passed": ("ok", "✓", "passed"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import devices
+from amp_conformance.core import devices
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _fake_tensors(device: str) -> Iterator[None]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with contextlib.ExitStack() as stack:
-        if device == "cuda" and not torch.cuda.is_available():
+        if "cudnn_off" in devices.profile(device).fake_quirks and not devices.is_available(device):
             # A CUDA build without a GPU would send torch.lstm & co. down the cuDNN path,
             # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
             # portable path on both, so their results do not depend on how torch was built.

@@ -6,25 +6,78 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 LOWER_DTYPES = (torch.bfloat16, torch.float16)
 
-#: Device types torch.autocast knows by name (the PrivateUse1 backend adds its own).
-_AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "mtia", "maia", "hpu", "xla", "ipu")
 
-_DISPATCH_KEY_SUFFIX = {
-    "cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "mtia": "MTIA", "maia": "MAIA",
-    "hpu": "HPU", "xla": "XLA", "ipu": "IPU",
-}
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What the suite knows about one in-tree autocast device type; one row per device.
 
-#: Legacy device-specific entry points, deprecated (FutureWarning) since torch 2.4.
-LEGACY_AUTOCAST: dict[str, Callable[[], Any]] = {
-    "cpu": lambda: torch.cpu.amp.autocast,
-    "cuda": lambda: torch.cuda.amp.autocast,
-}
+    - ``key_suffix``: the Autocast dispatch key is ``Autocast<key_suffix>`` (coverage,
+      kernel overrides of the selftest, fake mode).
+    - ``legacy``: the deprecated ``torch.<device>.amp.autocast`` entry point, as a dotted
+      path under ``torch`` (the legacy check; None: the device has none).
+    - ``rejects_unsupported_dtype``: ``torch.autocast`` warns and disables autocast for a
+      dtype the device does not support (the region state machine); cuda instead raises
+      only for bfloat16 where the GPU lacks it.
+    - ``fake_quirks``: contexts entered around FakeTensorMode where the hardware is absent
+      (``core.target``), e.g. cuDNN off so a CUDA build takes the portable path.
+    """
+
+    name: str
+    key_suffix: str
+    legacy: str | None = None
+    rejects_unsupported_dtype: bool = True
+    fake_quirks: tuple[str, ...] = ()
+
+
+#: The device types torch.autocast knows by name (a PrivateUse1 backend adds its own).
+PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
+    DeviceProfile("cpu", "CPU", legacy="cpu.amp.autocast"),
+    DeviceProfile("cuda", "CUDA", legacy="cuda.amp.autocast", rejects_unsupported_dtype=False,
+                  fake_quirks=("cudnn_off",)),
+    DeviceProfile("xpu", "XPU"),
+    DeviceProfile("mps", "MPS"),
+    DeviceProfile("mtia", "MTIA"),
+    DeviceProfile("maia", "MAIA"),
+    DeviceProfile("hpu", "HPU"),
+    DeviceProfile("xla", "XLA"),
+    DeviceProfile("ipu", "IPU"),
+)}
+
+#: The profile of a PrivateUse1 backend (renamed by its module): its own dispatch key.
+PRIVATEUSE1 = DeviceProfile("privateuseone", "PrivateUse1")
+
+
+def profile(device: str) -> DeviceProfile:
+    """The device's profile; a PrivateUse1 backend (any other name) gets PRIVATEUSE1's."""
+    return PROFILES.get(device) or replace(PRIVATEUSE1, name=device)
+
+
+def device_of_dispatch_key(key: str) -> str:
+    """``AutocastCUDA`` -> ``cuda`` (the PrivateUse1 key -> the backend's current name)."""
+    for p in PROFILES.values():
+        if f"Autocast{p.key_suffix}" == key:
+            return p.name
+    if key == f"Autocast{PRIVATEUSE1.key_suffix}":
+        return privateuse1_name()
+    raise KeyError(f"{key!r} is no Autocast dispatch key")
+
+
+def legacy_autocast(device: str) -> Callable[..., Any] | None:
+    """The deprecated torch.<device>.amp.autocast class, or None where there is none."""
+    path = profile(device).legacy
+    if path is None:
+        return None
+    obj: Any = torch
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class DeviceError(ValueError):
@@ -36,7 +89,7 @@ def privateuse1_name() -> str:
 
 
 def known_device_types() -> list[str]:
-    names = list(_AUTOCAST_DEVICE_TYPES)
+    names = list(PROFILES)
     custom = privateuse1_name()
     if custom not in names:
         names.append(custom)
@@ -80,8 +133,7 @@ def is_available(device: str) -> bool:
 
 
 def dispatch_key(device: str) -> str:
-    suffix = _DISPATCH_KEY_SUFFIX.get(device)
-    return f"Autocast{suffix}" if suffix else "AutocastPrivateUse1"
+    return f"Autocast{profile(device).key_suffix}"
 
 
 def has_autocast_kernels(device: str) -> bool:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from . import devices
-from .target import Target, fake_supported
+from amp_conformance.core import devices
+from amp_conformance.core.target import Target, fake_supported
 
 #: Short aliases and the canonical option each stands for.
 ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake"}

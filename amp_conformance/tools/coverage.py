@@ -36,11 +36,13 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from . import devices, oplist
-from .harness import Case, ConformanceFailure
-from .oplist import Entry, OpList
-from .state import unchanged_autocast_state
-from .target import Target, fake_supported
+from amp_conformance.checks.case import Case
+from amp_conformance.core import devices
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.schema import oplist
+from amp_conformance.schema.oplist import Entry, OpList
 
 #: A dispatch key above every Autocast key with no kernels of its own in torch: the
 #: observer's slot. (A key below autocast would see the call after casting, and the

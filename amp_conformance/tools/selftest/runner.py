@@ -1,9 +1,9 @@
 """``python -m amp_conformance selftest``: mutation testing of the suite itself.
 
-Each mutant of :data:`amp_conformance.mutants.CATALOGUE` (a deliberately broken autocast)
+Each mutant of :data:`amp_conformance.tools.selftest.catalogue.CATALOGUE` (a deliberately broken autocast)
 is applied in its own run of the suite, a subprocess::
 
-    AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.mutant_plugin \\
+    AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.tools.selftest.plugin \\
         --pyargs amp_conformance.suite -k <select> --device <device> [--fake]
 
 so mutants never leak into each other. A mutant is **killed** when that run fails and a
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .mutants import CATALOGUE, Mutant
+from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant
 
 #: pytest options of every run: quiet, short tracebacks (the ``E`` lines carry the
 #: messages), no colours, no cache; deselected items are not worth a line.
@@ -155,7 +155,7 @@ def bytecode_cache() -> str:
 
 def pytest_command(select: str, suite_options: Sequence[str], mutant: str | None = None) -> list[str]:
     """The run's command line (the mutant, if any, is named by AMP_CONFORMANCE_MUTANT)."""
-    plugin = ["-p", "amp_conformance.mutant_plugin"] if mutant is not None else []
+    plugin = ["-p", "amp_conformance.tools.selftest.plugin"] if mutant is not None else []
     return [sys.executable, "-m", "pytest", *plugin, "--pyargs", "amp_conformance.suite",
             "-k", select, *suite_options, *PYTEST_OPTIONS]
 

@@ -28,11 +28,13 @@ from hypothesis import example, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from . import devices, strategies
-from .harness import ConformanceFailure, is_eligible
-from .probes import probe
-from .state import grad_and_dtype_restored, unchanged_autocast_state
-from .target import Target
+from amp_conformance.core import devices
+from amp_conformance.core.casting import is_eligible
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.probes import probe
+from amp_conformance.core.state import grad_and_dtype_restored, unchanged_autocast_state
+from amp_conformance.core.target import Target
+from amp_conformance.properties import strategies
 
 CAST_PROPERTY = "custom_fwd(cast_inputs=...) casts exactly the eligible tensors"
 FORWARD_STATE_PROPERTY = "custom_fwd runs forward with autocast off when it casts"
@@ -191,7 +193,7 @@ def cast_reproduction(target: Target, amp_dtype: torch.dtype, ex: CastExample) -
         "import types",
         "import numpy",
         "import torch",
-        "from amp_conformance.strategies import Opaque",
+        "from amp_conformance.properties.strategies import Opaque",
         f"g = torch.Generator().manual_seed({ex.seed})",
         f"args = {strategies.render(call_args(ex, dev), fake=target.fake)}",
         f"kwargs = {strategies.render(ex.kwargs, fake=target.fake)}",
@@ -205,7 +207,7 @@ def cast_reproduction(target: Target, amp_dtype: torch.dtype, ex: CastExample) -
         f"    {call}",
     ]
     if target.fake:
-        lines = ["from amp_conformance.target import Target",
+        lines = ["from amp_conformance.core.target import Target",
                  f"target = Target({dev!r}, fake=True)",
                  "fake = target.tensors(); fake.__enter__()"] + lines
     return "\n".join("    " + line for line in lines)
@@ -327,7 +329,7 @@ def backward_reproduction(target: Target, ex: BackwardExample) -> str:
     dev = target.device
     lines = [
         "import torch",
-        "from amp_conformance.probes import probe",
+        "from amp_conformance.core.probes import probe",
         "class Fn(torch.autograd.Function):",
         "    @staticmethod",
         f"    @torch.amp.custom_fwd(device_type={dev!r}, cast_inputs={ex.cast_inputs})",

@@ -10,16 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from . import generate, hypothesis_profiles, options
-from .oplist import OpListError
-from .options import Settings
-from .state import AutocastState, grad_and_dtype_restored
-from .target import Target
+from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
+from amp_conformance.core.target import Target
+from amp_conformance.plugin import options, parametrize
+from amp_conformance.plugin.options import Settings
+from amp_conformance.properties import profiles
+from amp_conformance.schema.oplist import OpListError
 
 _SETTINGS = pytest.StashKey[Settings]()
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
-pytest_plugins = ("amp_conformance.vendor", "amp_conformance.report")
+pytest_plugins = ("amp_conformance.plugin.vendor", "amp_conformance.plugin.report.collect")
 
 MARKERS = (
     "amp_check(name): the conformance check an item performs (policy, numerics, outside, "
@@ -33,7 +34,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hookspecs
+    from amp_conformance.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -49,18 +50,18 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    hypothesis_profiles.configure(config)
+    profiles.configure(config)
 
 
 def settings(config: pytest.Config) -> Settings:
     """The run's settings, validated on first use (raises pytest.UsageError)."""
     if _SETTINGS not in config.stash:
-        from . import vendor
+        from amp_conformance.plugin import vendor
 
         vendor.setup_backend(config)
         resolved = vendor.apply(config, options.resolve(config))
         try:
-            lists = generate.load_oplist(resolved.device, resolved.oplists)
+            lists = parametrize.load_oplist(resolved.device, resolved.oplists)
         except OpListError as exc:
             raise pytest.UsageError(f"amp-conformance: bad op list: {exc}") from None
         unused = set(resolved.oplists) - set(lists.paths)
@@ -93,7 +94,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    generate.parametrize(metafunc, settings(metafunc.config))
+    parametrize.parametrize(metafunc, settings(metafunc.config))
 
 
 @pytest.fixture(scope="session")

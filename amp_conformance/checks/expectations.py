@@ -1,0 +1,45 @@
+"""What an entry expects: output dtypes inside and outside autocast, the control's cast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from amp_conformance.checks.case import Case
+from amp_conformance.core.casting import promoted_floating, widest_eligible
+from amp_conformance.schema import argspec
+
+
+def _dtype_for(name: str, case: Case, args: tuple, kwargs: dict) -> torch.dtype | None:
+    if name == "amp":
+        return case.amp_dtype
+    if name == "widest":
+        return widest_eligible((args, kwargs), case.target.device)
+    if name in ("none", "error"):
+        return None
+    return argspec.DTYPES[name]
+
+
+def expected_inside(case: Case, args: tuple, kwargs: dict) -> Any:
+    """The output dtype, or a tuple with one dtype per output tensor (mixed outputs)."""
+    return _expected(case.entry.expect, case, args, kwargs)
+
+
+def _expected(names: str | tuple[str, ...], case: Case, args: tuple, kwargs: dict) -> Any:
+    if isinstance(names, tuple):  # one per output; a last ... leaves the rest unchecked
+        return tuple(... if n == "..." else _dtype_for(n, case, args, kwargs) for n in names)
+    return _dtype_for(names, case, args, kwargs)
+
+
+def expected_outside(case: Case, args: tuple, kwargs: dict) -> Any:
+    entry = case.entry
+    if entry.expect_outside != "inputs":
+        return _expected(entry.expect_outside, case, args, kwargs)
+    if entry.policy == "builtin_promote":
+        return _dtype_for(entry.expect, case, args, kwargs)
+    return promoted_floating((args, kwargs))
+
+
+def control_dtype(case: Case, args: tuple, kwargs: dict) -> torch.dtype | None:
+    return _dtype_for(case.entry.cast, case, args, kwargs) if case.entry.cast != "none" else None

@@ -1,0 +1,1 @@
+"""torch only: devices, the target, autocast state, eligibility and casts, comparison, probes."""

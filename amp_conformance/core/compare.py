@@ -1,0 +1,45 @@
+"""The one comparison rule: bitwise, or close within tolerances, for outputs of any nesting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.errors import ConformanceFailure
+
+
+def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
+    """Bitwise (default) or close comparison of two outputs of any nesting."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            raise ConformanceFailure(f"{what}: got {type(actual).__name__}, expected a tensor")
+        if numerics == "bitwise":
+            kwargs = {"rtol": 0.0, "atol": 0.0}
+        elif tolerance is not None:
+            kwargs = dict(tolerance)
+        else:
+            kwargs = {}
+        try:
+            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=True, **kwargs)
+        except AssertionError as exc:
+            mode = "bitwise" if numerics == "bitwise" else "within tolerance"
+            raise ConformanceFailure(f"{what}: not equal ({mode}):\n{exc}") from None
+    elif isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
+            raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            compare(a, e, numerics, tolerance, f"{what}[{i}]")
+    elif actual != expected:
+        raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")
+
+
+def compare_meta(actual: Any, expected: Any, what: str) -> None:
+    """Without values (fake tensors): outputs agree in structure, dtype and shape."""
+    a, e = list(tensors_in(actual)), list(tensors_in(expected))
+    if [(t.dtype, tuple(t.shape)) for t in a] != [(t.dtype, tuple(t.shape)) for t in e]:
+        raise ConformanceFailure(
+            f"{what}: outputs differ: {[(t.dtype, tuple(t.shape)) for t in a]} vs "
+            f"{[(t.dtype, tuple(t.shape)) for t in e]}"
+        )

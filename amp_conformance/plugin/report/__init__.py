@@ -1,0 +1,1 @@
+"""The conformance report: collected from pytest's reports, rendered as JSON/HTML/Markdown."""

@@ -1,0 +1,1 @@
+"""Property-based checks (Hypothesis): strategies, profiles, state machine, properties."""

@@ -1,0 +1,1 @@
+"""TOML -> typed objects: op lists, argument specs, categories, expected messages."""

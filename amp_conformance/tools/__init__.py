@@ -1,0 +1,1 @@
+"""Command-line tools: coverage, discover, drift, selftest."""

@@ -1,0 +1,1 @@
+"""Mutation testing of the suite: the catalogue of broken autocasts, the runner, its plugin."""

@@ -1,0 +1,6 @@
+"""Mutants of the GradScaler tier (scaling kernels and the scaler's methods):
+broken implementations its checks must catch."""
+
+from __future__ import annotations
+
+from amp_conformance.tools.selftest.catalogue import Mutant, patch, register  # noqa: F401
