@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ import torch
 
 from amp_conformance.core import devices
 from amp_conformance.core.target import Target
-from amp_conformance.schema import argspec
+from amp_conformance.schema import argspec, oplist
 from amp_conformance.schema.oplist import Entry
 
 
@@ -49,3 +50,9 @@ class Case:
         args = tuple(builder.build(s) for s in self.entry.args)
         kwargs = {k: builder.build(s) for k, s in self.entry.kwargs.items()}
         return args, kwargs
+
+
+@functools.cache
+def load_oplist(device: str, extra: tuple[str, ...] = ()) -> oplist.OpList:
+    """The device's merged op lists, loaded once per process (every check reads them)."""
+    return oplist.load(device, extra)

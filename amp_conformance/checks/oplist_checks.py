@@ -19,7 +19,7 @@ from amp_conformance.checks.reproduction import _dtype_problems, _fail, describe
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, output_dtypes
 from amp_conformance.core.compare import compare, compare_meta
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.schema.oplist import variants
 
@@ -55,7 +55,7 @@ def check_policy(case: Case, observed: dict | None = None) -> None:
                     try:
                         outputs.append((name, fn(*args, **kwargs)))
                     except Exception as exc:  # e.g. a kernel that did not cast: name the op
-                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        first = first_line(exc)
                         observed[name] = f"error: {first}"
                         _fail(case, [f"{name} raised inside autocast: {type(exc).__name__}: "
                                      f"{first}"], name, expected)
@@ -85,9 +85,9 @@ def _check_banned(case: Case, found, args, kwargs, observed: dict) -> None:
                 out = fn(*args, **kwargs)
                 observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
             except RuntimeError as exc:
-                observed[name] = f"error: {str(exc).splitlines()[0]}"
+                observed[name] = f"error: {first_line(exc)}"
                 if not re.search(pattern, str(exc)):
-                    _fail(case, [f"{name} raised {str(exc).splitlines()[0]!r}, "
+                    _fail(case, [f"{name} raised {first_line(exc)!r}, "
                                  f"expected {case.entry.error!r}"], name, None)
             else:
                 _fail(case, [f"{name} ran inside autocast; a banned op must raise "

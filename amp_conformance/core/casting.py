@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves, tree_map
 
 
 def tensors_in(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from tensors_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from tensors_in(v)
+    """Every tensor inside any nesting of lists, tuples, dicts and torch.return_types."""
+    return (leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor))
+
+
+def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
+    """``value`` with every tensor inside replaced by ``fn(tensor)``; other leaves kept as
+    the very same objects."""
+    return tree_map(lambda leaf: fn(leaf) if isinstance(leaf, torch.Tensor) else leaf, value)
 
 
 def is_eligible(t: torch.Tensor, device: str) -> bool:
@@ -41,14 +42,8 @@ def promoted_floating(values: Any) -> torch.dtype | None:
 
 
 def hand_cast(value: Any, dtype: torch.dtype, device: str) -> Any:
-    """Cast eligible tensors as autocast would, inside any nesting of lists and tuples."""
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if is_eligible(value, device) else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(hand_cast(v, dtype, device) for v in value)
-    if isinstance(value, dict):
-        return {k: hand_cast(v, dtype, device) for k, v in value.items()}
-    return value
+    """Cast eligible tensors as autocast would, inside any nesting of containers."""
+    return map_tensors(lambda t: t.to(dtype) if is_eligible(t, device) else t, value)
 
 
 def output_dtypes(value: Any) -> list[torch.dtype]:

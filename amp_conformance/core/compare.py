@@ -10,19 +10,23 @@ from amp_conformance.core.casting import tensors_in
 from amp_conformance.core.errors import ConformanceFailure
 
 
+def tolerance_kwargs(numerics: str, tolerance: Any = None) -> dict[str, float]:
+    """The rule every value comparison uses: ``bitwise`` is rtol = atol = 0; ``close`` is
+    the entry's own ``{rtol, atol}`` if it sets one, else torch.testing.assert_close's
+    per-dtype defaults."""
+    if numerics == "bitwise":
+        return {"rtol": 0.0, "atol": 0.0}
+    return dict(tolerance) if tolerance is not None else {}
+
+
 def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
     """Bitwise (default) or close comparison of two outputs of any nesting."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise ConformanceFailure(f"{what}: got {type(actual).__name__}, expected a tensor")
-        if numerics == "bitwise":
-            kwargs = {"rtol": 0.0, "atol": 0.0}
-        elif tolerance is not None:
-            kwargs = dict(tolerance)
-        else:
-            kwargs = {}
         try:
-            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=True, **kwargs)
+            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=True,
+                                       **tolerance_kwargs(numerics, tolerance))
         except AssertionError as exc:
             mode = "bitwise" if numerics == "bitwise" else "within tolerance"
             raise ConformanceFailure(f"{what}: not equal ({mode}):\n{exc}") from None

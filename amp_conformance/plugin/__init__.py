@@ -15,9 +15,6 @@ from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
 from amp_conformance.plugin.options import Settings
 from amp_conformance.properties import profiles
-from amp_conformance.schema.oplist import OpListError
-
-_SETTINGS = pytest.StashKey[Settings]()
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
 pytest_plugins = ("amp_conformance.plugin.vendor", "amp_conformance.plugin.report.collect")
@@ -55,23 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def settings(config: pytest.Config) -> Settings:
     """The run's settings, validated on first use (raises pytest.UsageError)."""
-    if _SETTINGS not in config.stash:
-        from amp_conformance.plugin import vendor
+    # Imported here, not at the top: session_settings imports the vendor plugin module,
+    # which pytest must import itself (from pytest_plugins) to rewrite its asserts.
+    from amp_conformance.plugin.session_settings import settings as resolved
 
-        vendor.setup_backend(config)
-        resolved = vendor.apply(config, options.resolve(config))
-        try:
-            lists = parametrize.load_oplist(resolved.device, resolved.oplists)
-        except OpListError as exc:
-            raise pytest.UsageError(f"amp-conformance: bad op list: {exc}") from None
-        unused = set(resolved.oplists) - set(lists.paths)
-        if unused:
-            raise pytest.UsageError(
-                f"amp-conformance: --oplist {', '.join(sorted(unused))} describes another "
-                f"device than {resolved.device!r} (see its [list] device)"
-            )
-        config.stash[_SETTINGS] = resolved
-    return config.stash[_SETTINGS]
+    return resolved(config)
 
 
 @pytest.hookimpl(tryfirst=True)

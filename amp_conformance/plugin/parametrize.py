@@ -8,15 +8,12 @@ generated, marked skip with the reason, never silently dropped.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from amp_conformance.checks import registry
-from amp_conformance.checks.case import Case
+from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.core import devices
 from amp_conformance.plugin.options import Settings
-from amp_conformance.schema import oplist
 
 CASE_FIXTURE = "amp_case"
 DTYPE_FIXTURE = "amp_dtype"
@@ -24,11 +21,6 @@ DTYPE_FIXTURE = "amp_dtype"
 #: its id the device type
 DEVICE_FIXTURE = "amp_device"
 _FAKE_NEEDS_VALUES = "not applicable in --fake mode: the check needs values"
-
-
-@functools.cache
-def load_oplist(device: str, extra: tuple[str, ...]) -> oplist.OpList:
-    return oplist.load(device, extra)
 
 
 def cases(settings: Settings) -> list[Case]:

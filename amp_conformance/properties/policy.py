@@ -29,13 +29,13 @@ from hypothesis import event, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from amp_conformance.checks.case import Case
+from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in, widest_eligible
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.compare import tolerance_kwargs
+from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target
-from amp_conformance.plugin.parametrize import load_oplist
 from amp_conformance.properties import strategies
 from amp_conformance.schema.oplist import Entry, variants
 
@@ -214,7 +214,7 @@ class Outcome:
 
     def __str__(self) -> str:
         if self.error is not None:
-            first = str(self.error).splitlines()[0] if str(self.error) else ""
+            first = first_line(self.error)
             return f"raised {type(self.error).__name__}: {first}"
         return f"returned {_describe(self.value)}"
 
@@ -263,9 +263,8 @@ def _symbolic(target: Target, *values: Any) -> bool:
 
 
 def _values_problem(out: Any, control: Any, numerics: str, tolerance: Any) -> str | None:
-    kwargs = {"rtol": 0.0, "atol": 0.0} if numerics == "bitwise" else dict(tolerance or {})
     try:
-        torch.testing.assert_close(out, control, equal_nan=True, **kwargs)
+        torch.testing.assert_close(out, control, equal_nan=True, **tolerance_kwargs(numerics, tolerance))
     except AssertionError as exc:
         return f"values differ from the hand-cast control ({numerics}): {exc}"
     return None

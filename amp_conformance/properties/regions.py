@@ -14,10 +14,11 @@ Python code of the steps so far, so the shrunk example can be replayed by hand.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,108 +33,23 @@ from hypothesis.stateful import (
 )
 
 from amp_conformance.core import devices
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.probes import probe
 from amp_conformance.core.state import AutocastState, nesting
 from amp_conformance.core.target import Target
+from amp_conformance.properties.region_model import (
+    DeviceState,
+    ModelState,
+    Region,
+    RegionsModel,
+    accepted_dtypes,
+)
 
 PROPERTY = "autocast regions stack"
 MAX_DEPTH = 6
 #: Dtypes that are no autocast dtype: torch.autocast warns and disables autocast.
 UNSUPPORTED = (torch.float64, torch.float32)
 _EXCEPTIONS = {"KeyError": KeyError, "RuntimeError": RuntimeError, "ValueError": ValueError}
-
-
-@dataclass(frozen=True)
-class Region:
-    """The arguments of one autocast region."""
-
-    device: str
-    dtype: torch.dtype | None = None
-    enabled: bool = True
-    cache_enabled: bool | None = None
-
-    def __repr__(self) -> str:
-        return (f"Region({self.device!r}, dtype={self.dtype}, enabled={self.enabled}, "
-                f"cache_enabled={self.cache_enabled})")
-
-
-@dataclass(frozen=True)
-class DeviceState:
-    enabled: bool
-    dtype: torch.dtype
-
-    def probe_dtype(self) -> torch.dtype:
-        """What torch.mm of float32 inputs returns: the autocast dtype only when enabled."""
-        return self.dtype if self.enabled else torch.float32
-
-
-@dataclass(frozen=True)
-class ModelState:
-    """The thread's autocast state, as the open regions determine it."""
-
-    devices: dict[str, DeviceState]
-    cache_enabled: bool
-    nesting: int
-
-
-def accepted_dtypes(device: str) -> tuple[torch.dtype, ...]:
-    """The dtypes torch.autocast accepts for ``device`` before it warns and disables."""
-    if device == devices.privateuse1_name():
-        module = devices.device_module(device)
-        getter = getattr(module, "get_amp_supported_dtype", None)
-        if getter is not None:
-            return tuple(getter())
-    return devices.LOWER_DTYPES
-
-
-@dataclass
-class RegionsModel:
-    """Autocast state as a stack: entering pushes the new state, leaving pops it.
-
-    ``rejecting`` names the device types whose entry point warns and disables autocast
-    for a dtype it does not accept (torch.autocast on every device but cuda, which only
-    refuses bfloat16 where the hardware lacks it).
-    """
-
-    initial: ModelState
-    rejecting: frozenset[str] = frozenset()
-    stack: list[ModelState] = field(default_factory=list)
-
-    @property
-    def current(self) -> ModelState:
-        return self.stack[-1] if self.stack else self.initial
-
-    @property
-    def depth(self) -> int:
-        return len(self.stack)
-
-    def entered(self, region: Region) -> tuple[ModelState, bool]:
-        """The state inside ``region`` entered now, and whether entering it warns."""
-        cur = self.current
-        dtype = region.dtype if region.dtype is not None else cur.devices[region.device].dtype
-        enabled, warns = region.enabled, False
-        if enabled and region.device in self.rejecting and dtype not in accepted_dtypes(
-            region.device
-        ):
-            enabled, warns = False, True
-        cache = cur.cache_enabled if region.cache_enabled is None else region.cache_enabled
-        states = dict(cur.devices)
-        states[region.device] = DeviceState(enabled, dtype)
-        return ModelState(states, cache, cur.nesting + 1), warns
-
-    def enter(self, region: Region) -> bool:
-        state, warns = self.entered(region)
-        self.stack.append(state)
-        return warns
-
-    def exit(self) -> None:
-        self.stack.pop()
-
-    def fresh_thread(self) -> ModelState:
-        """A new thread starts with autocast off, whatever regions this one has open."""
-        states = {d: replace(s, enabled=False) for d, s in self.initial.devices.items()}
-        return ModelState(states, self.initial.cache_enabled, 0)
 
 
 # -- observing torch -----------------------------------------------------------------
@@ -163,7 +79,7 @@ def observe(device: str) -> Observed:
     try:
         out: torch.dtype | str = probe(device)
     except Exception as exc:  # reported as a disagreement, with the error
-        out = f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        out = f"raised {type(exc).__name__}: {first_line(exc)}"
     return Observed(
         torch.is_autocast_enabled(device),
         torch.get_autocast_dtype(device),
@@ -221,6 +137,7 @@ def region_dtypes(target: Target, device: str) -> tuple[torch.dtype | None, ...]
     return tuple(dtypes)
 
 
+@functools.cache
 def regions(target: Target) -> st.SearchStrategy[Region]:
     def for_device(device: str) -> st.SearchStrategy[Region]:
         return st.builds(
@@ -234,271 +151,282 @@ def regions(target: Target) -> st.SearchStrategy[Region]:
     return st.sampled_from(region_devices(target)).flatmap(for_device)
 
 
-def make_machine(target: Target) -> type[RuleBasedStateMachine]:
-    """A state-machine class for ``target`` (its strategies depend on the device)."""
-    region_strategy = regions(target)
-    device_types = region_devices(target)
-    rejecting = rejecting_devices(target)
+class AutocastRegions(RuleBasedStateMachine):
+    """Open and close autocast regions; after every step torch must agree with the model.
 
-    class AutocastRegions(RuleBasedStateMachine):
-        """Open and close autocast regions; after every step torch must agree with the model."""
+    Module-level, so its rules read as one class; the device under test is a class
+    attribute that :func:`make_machine` sets on a subclass (the strategies that depend on
+    it are drawn inside the rules from ``st.data()``).
+    """
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.target = target
-            # The target's tensor context (FakeTensorMode when fake) is held for the
-            # whole run of this machine and left in teardown: one per run, because
-            # making one costs far more than a probe.
-            self.tensors = contextlib.ExitStack()
-            self.tensors.enter_context(target.tensors())
-            self.snapshot = AutocastState.capture(target.device)
-            initial = ModelState(
-                {d: DeviceState(torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
-                 for d in device_types},
-                torch.is_autocast_cache_enabled(),
-                nesting(),
-            )
-            self.model = RegionsModel(initial, rejecting)
-            self.open: list[tuple[int, Any]] = []
-            self.failed = False
-            self.counter = 0
-            self.script = self._header()
+    target: Target
 
-        # -- reproduction ------------------------------------------------------------
+    def __init__(self) -> None:
+        super().__init__()
+        target = self.target
+        self.device_types = region_devices(target)
+        # The target's tensor context (FakeTensorMode when fake) is held for the
+        # whole run of this machine and left in teardown: one per run, because
+        # making one costs far more than a probe.
+        self.tensors = contextlib.ExitStack()
+        self.tensors.enter_context(target.tensors())
+        self.snapshot = AutocastState.capture(target.device)
+        initial = ModelState(
+            {d: DeviceState(torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+             for d in self.device_types},
+            torch.is_autocast_cache_enabled(),
+            nesting(),
+        )
+        self.model = RegionsModel(initial, rejecting_devices(target))
+        self.open: list[tuple[int, Any]] = []
+        self.failed = False
+        self.counter = 0
+        self.script = self._header()
 
-        def _header(self) -> list[str]:
-            lines = ["import threading", "import torch",
-                     "from amp_conformance.core.probes import probe"]
-            if self.target.fake:
-                lines += ["from amp_conformance.core.target import Target",
-                          f"target = Target({self.target.device!r}, fake=True)",
-                          "def observe(dev):",
-                          "    with target.tensors():",
-                          "        p = probe(dev)"]
-            else:
-                lines += ["def observe(dev):", "    p = probe(dev)"]
-            lines += ["    return (torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev), "
-                      "torch.is_autocast_cache_enabled(), p)"]
-            return lines
+    # -- reproduction ------------------------------------------------------------
 
-        def _source(self, region: Region) -> str:
-            if self.target.fake and region.device == self.target.device:
-                return (f"target.autocast({region.dtype}, enabled={region.enabled}, "
-                        f"cache_enabled={region.cache_enabled})")
-            return (f"torch.autocast({region.device!r}, dtype={region.dtype}, "
-                    f"enabled={region.enabled}, cache_enabled={region.cache_enabled})")
+    def _header(self) -> list[str]:
+        lines = ["import threading", "import torch",
+                 "from amp_conformance.core.probes import probe"]
+        if self.target.fake:
+            lines += ["from amp_conformance.core.target import Target",
+                      f"target = Target({self.target.device!r}, fake=True)",
+                      "def observe(dev):",
+                      "    with target.tensors():",
+                      "        p = probe(dev)"]
+        else:
+            lines += ["def observe(dev):", "    p = probe(dev)"]
+        lines += ["    return (torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev), "
+                  "torch.is_autocast_cache_enabled(), p)"]
+        return lines
 
-        def _fail(self, problem: str, check: str = "") -> None:
-            self.failed = True
-            body = "\n".join("    " + line for line in self.script + ([check] if check else []))
-            raise ConformanceFailure(
-                f"{PROPERTY} on {self.target}: {problem}\n"
-                f"  reproduce (equivalent Python of the steps so far):\n{body}"
-            )
+    def _source(self, region: Region) -> str:
+        if self.target.fake and region.device == self.target.device:
+            return (f"target.autocast({region.dtype}, enabled={region.enabled}, "
+                    f"cache_enabled={region.cache_enabled})")
+        return (f"torch.autocast({region.device!r}, dtype={region.dtype}, "
+                f"enabled={region.enabled}, cache_enabled={region.cache_enabled})")
 
-        # -- driving torch -----------------------------------------------------------
+    def _fail(self, problem: str, check: str = "") -> None:
+        self.failed = True
+        body = "\n".join("    " + line for line in self.script + ([check] if check else []))
+        raise ConformanceFailure(
+            f"{PROPERTY} on {self.target}: {problem}\n"
+            f"  reproduce (equivalent Python of the steps so far):\n{body}"
+        )
 
-        def _context(self, region: Region) -> Any:
-            if self.target.fake and region.device == self.target.device:
-                return self.target.autocast(region.dtype, region.enabled, region.cache_enabled)
-            return torch.autocast(region.device, dtype=region.dtype, enabled=region.enabled,
-                                  cache_enabled=region.cache_enabled)
+    # -- driving torch -----------------------------------------------------------
 
-        def _check_warning(self, region: Region, caught: list, warns: bool, check: str) -> None:
-            disabling = [str(w.message) for w in caught
-                         if issubclass(w.category, UserWarning) and "isabling autocast" in
-                         str(w.message)]
-            if warns and not disabling:
-                self._fail(f"entering {region!r} did not warn that it disables autocast "
-                           f"({region.dtype or 'the current dtype'} is no autocast dtype of "
-                           f"{region.device})", check)
-            if disabling and not warns:
-                self._fail(f"entering {region!r} warned {disabling[0]!r}, expected no warning",
-                           check)
+    def _context(self, region: Region) -> Any:
+        if self.target.fake and region.device == self.target.device:
+            return self.target.autocast(region.dtype, region.enabled, region.cache_enabled)
+        return torch.autocast(region.device, dtype=region.dtype, enabled=region.enabled,
+                              cache_enabled=region.cache_enabled)
 
-        def _check_state(self, expected: ModelState, where: str) -> None:
-            for device in device_types:
-                got = observe(device)
-                want = Observed.expected(expected, device)
-                if got != want:
-                    self._fail(
-                        f"{where}: {device} state (enabled, dtype, cache_enabled, mm of float32) "
-                        f"is {got}, the region stack gives {want}",
-                        f"print(observe({device!r}))  # expected {want}",
-                    )
-            depth = nesting()
-            if depth != expected.nesting:
-                self._fail(f"{where}: autocast nesting depth is {depth}, the region stack "
-                           f"gives {expected.nesting}",
-                           "print(torch.autocast_increment_nesting() - 1); "
-                           f"torch.autocast_decrement_nesting()  # expected {expected.nesting}")
+    def _check_warning(self, region: Region, caught: list, warns: bool, check: str) -> None:
+        disabling = [str(w.message) for w in caught
+                     if issubclass(w.category, UserWarning) and "isabling autocast" in
+                     str(w.message)]
+        if warns and not disabling:
+            self._fail(f"entering {region!r} did not warn that it disables autocast "
+                       f"({region.dtype or 'the current dtype'} is no autocast dtype of "
+                       f"{region.device})", check)
+        if disabling and not warns:
+            self._fail(f"entering {region!r} warned {disabling[0]!r}, expected no warning",
+                       check)
 
-        # -- rules -------------------------------------------------------------------
+    def _check_state(self, expected: ModelState, where: str) -> None:
+        for device in self.device_types:
+            got = observe(device)
+            want = Observed.expected(expected, device)
+            if got != want:
+                self._fail(
+                    f"{where}: {device} state (enabled, dtype, cache_enabled, mm of float32) "
+                    f"is {got}, the region stack gives {want}",
+                    f"print(observe({device!r}))  # expected {want}",
+                )
+        depth = nesting()
+        if depth != expected.nesting:
+            self._fail(f"{where}: autocast nesting depth is {depth}, the region stack "
+                       f"gives {expected.nesting}",
+                       "print(torch.autocast_increment_nesting() - 1); "
+                       f"torch.autocast_decrement_nesting()  # expected {expected.nesting}")
 
-        @precondition(lambda self: self.model.depth < MAX_DEPTH)
-        @rule(region=region_strategy)
-        def enter_region(self, region: Region) -> None:
-            """Enter a region and keep it open across the following steps."""
-            self.counter += 1
-            name = f"r{self.counter}"
-            self.script.append(f"{name} = {self._source(region)}; {name}.__enter__()")
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                context = self._context(region)
-                context.__enter__()
-            self.open.append((self.counter, context))
-            warns = self.model.enter(region)
-            self._check_warning(region, caught, warns, f"# entering {name}")
+    # -- rules -------------------------------------------------------------------
 
-        @precondition(lambda self: self.model.depth > 0)
-        @rule()
-        def exit_region(self) -> None:
-            number, context = self.open.pop()
-            self.model.exit()
-            self.script.append(f"r{number}.__exit__(None, None, None)")
-            context.__exit__(None, None, None)
+    def _draw_region(self, data: st.DataObject) -> Region:
+        return data.draw(regions(self.target), label="region")
 
-        @precondition(lambda self: self.model.depth > 0)
-        @rule(error=st.sampled_from(tuple(_EXCEPTIONS)))
-        def exit_region_by_exception(self, error: str) -> None:
-            """Leave the innermost open region because its body raised."""
-            number, context = self.open.pop()
-            self.model.exit()
-            exc = _EXCEPTIONS[error]("raised inside the region")
-            self.script.append(
-                f"r{number}.__exit__({error}, {error}('raised inside the region'), None)")
-            suppressed = context.__exit__(type(exc), exc, None)
-            if suppressed:
-                self._fail(f"the region's __exit__ swallowed a {error} raised inside it",
-                           f"# r{number}.__exit__ returned {suppressed!r}")
+    @precondition(lambda self: self.model.depth < MAX_DEPTH)
+    @rule(data=st.data())
+    def enter_region(self, data: st.DataObject) -> None:
+        """Enter a region and keep it open across the following steps."""
+        region = self._draw_region(data)
+        self.counter += 1
+        name = f"r{self.counter}"
+        self.script.append(f"{name} = {self._source(region)}; {name}.__enter__()")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            context = self._context(region)
+            context.__enter__()
+        self.open.append((self.counter, context))
+        warns = self.model.enter(region)
+        self._check_warning(region, caught, warns, f"# entering {name}")
 
-        @rule(region=region_strategy, error=st.sampled_from(tuple(_EXCEPTIONS)))
-        def region_body_raises(self, region: Region, error: str) -> None:
-            """A complete region whose body raises: the error propagates, the state returns."""
-            inside, warns = self.model.entered(region)
-            self.script += ["try:", f"    with {self._source(region)}:",
-                            f"        print(observe({region.device!r}))  # expected "
-                            f"{Observed.expected(inside, region.device)}",
-                            f"        raise {error}('raised inside the region')",
-                            f"except {error}:", "    pass"]
-            exc_type = _EXCEPTIONS[error]
-            propagated = False
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    with self._context(region):
-                        self.model.enter(region)
-                        try:
-                            self._check_state(inside, f"inside {region!r}")
-                        finally:
-                            self.model.exit()
-                        raise exc_type("raised inside the region")
-                except exc_type:
-                    propagated = True
-            if not propagated:
-                self._fail(f"a {error} raised inside {region!r} did not propagate")
-            self._check_warning(region, caught, warns, "# entering the region above")
+    @precondition(lambda self: self.model.depth > 0)
+    @rule()
+    def exit_region(self) -> None:
+        number, context = self.open.pop()
+        self.model.exit()
+        self.script.append(f"r{number}.__exit__(None, None, None)")
+        context.__exit__(None, None, None)
 
-        @rule(region=region_strategy, raises=st.booleans(), calls=st.integers(1, 2))
-        def decorated_call(self, region: Region, raises: bool, calls: int) -> None:
-            """autocast used as a decorator: each call enters and leaves the region."""
-            inside, warns = self.model.entered(region)
-            expected = Observed.expected(inside, region.device)
-            seen: list[Observed] = []
-            self.script += [f"@{self._source(region)}", "def body():",
-                            f"    print(observe({region.device!r}))  # expected {expected}"]
-            if raises:
-                self.script.append("    raise KeyError('raised inside the decorated function')")
+    @precondition(lambda self: self.model.depth > 0)
+    @rule(error=st.sampled_from(tuple(_EXCEPTIONS)))
+    def exit_region_by_exception(self, error: str) -> None:
+        """Leave the innermost open region because its body raised."""
+        number, context = self.open.pop()
+        self.model.exit()
+        exc = _EXCEPTIONS[error]("raised inside the region")
+        self.script.append(
+            f"r{number}.__exit__({error}, {error}('raised inside the region'), None)")
+        suppressed = context.__exit__(type(exc), exc, None)
+        if suppressed:
+            self._fail(f"the region's __exit__ swallowed a {error} raised inside it",
+                       f"# r{number}.__exit__ returned {suppressed!r}")
 
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-
-                @self._context(region)
-                def body() -> None:
-                    seen.append(observe(region.device))
-                    if raises:
-                        raise KeyError("raised inside the decorated function")
-
-            for _ in range(calls):
-                if raises:
-                    self.script += ["try:", "    body()", "except KeyError:", "    pass"]
-                else:
-                    self.script.append("body()")
-                with warnings.catch_warnings(record=True) as more:
-                    warnings.simplefilter("always")
-                    try:
-                        body()
-                    except KeyError:
-                        if not raises:
-                            raise
-                    else:
-                        if raises:
-                            self._fail("a KeyError raised inside a decorated function did not "
-                                       "propagate")
-                caught += more
-                if seen[-1] != expected:
-                    self._fail(f"inside a function decorated with {region!r}: {region.device} "
-                               f"state is {seen[-1]}, expected {expected}", "body()")
-                self._check_state(self.model.current, "after a decorated function returned")
-            self._check_warning(region, caught, warns, "# calling the decorated function")
-
-        @rule(device=st.sampled_from(device_types))
-        def disabled_subregion(self, device: str) -> None:
-            """An enabled=False subregion turns autocast off inside; leaving it restores."""
-            region = Region(device, None, False, None)
-            inside, _ = self.model.entered(region)
-            self.script += [f"with {self._source(region)}:",
-                            f"    print(observe({device!r}))  # expected "
-                            f"{Observed.expected(inside, device)}"]
-            with self._context(region):
-                self.model.enter(region)
-                try:
-                    self._check_state(inside, f"inside {region!r}")
-                finally:
-                    self.model.exit()
-
-        @rule()
-        def fresh_thread(self) -> None:
-            """Autocast state is per thread: a new thread starts with autocast off."""
-            expected = self.model.fresh_thread()
-            self.script.append(
-                "t = threading.Thread(target=lambda: print([observe(d) for d in "
-                f"{list(device_types)!r}])); t.start(); t.join()")
-            states, depth = observe_in_new_thread(self.target, device_types)
-            for device, got in states.items():
-                want = Observed.expected(expected, device)
-                if got != want:
-                    self._fail(f"in a new thread the {device} state is {got}, expected {want} "
-                               "(autocast state is thread-local and starts off)",
-                               "# the thread above")
-            if depth != 0:
-                self._fail(f"a new thread starts at autocast nesting depth {depth}, expected 0")
-
-        @invariant()
-        def agrees_with_model(self) -> None:
-            self._check_state(self.model.current, "after the last step")
-
-        def teardown(self) -> None:
-            """Leave every open region, then put the state back exactly as it was found."""
-            leftover: list[str] = []
+    @rule(data=st.data(), error=st.sampled_from(tuple(_EXCEPTIONS)))
+    def region_body_raises(self, data: st.DataObject, error: str) -> None:
+        """A complete region whose body raises: the error propagates, the state returns."""
+        region = self._draw_region(data)
+        inside, warns = self.model.entered(region)
+        self.script += ["try:", f"    with {self._source(region)}:",
+                        f"        print(observe({region.device!r}))  # expected "
+                        f"{Observed.expected(inside, region.device)}",
+                        f"        raise {error}('raised inside the region')",
+                        f"except {error}:", "    pass"]
+        exc_type = _EXCEPTIONS[error]
+        propagated = False
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             try:
-                while self.open:
-                    number, context = self.open.pop()
-                    self.model.exit()
-                    self.script.append(f"r{number}.__exit__(None, None, None)")
-                    context.__exit__(None, None, None)
-                leftover = self.snapshot.diff(AutocastState.capture(self.target.device))
-            finally:
-                self.snapshot.restore()
-                self.tensors.close()
-            if leftover and not self.failed:
-                self._fail("after leaving every region the state differs from before the "
-                           "first: " + "; ".join(leftover), "# (state after the last exit)")
+                with self._context(region):
+                    self.model.enter(region)
+                    try:
+                        self._check_state(inside, f"inside {region!r}")
+                    finally:
+                        self.model.exit()
+                    raise exc_type("raised inside the region")
+            except exc_type:
+                propagated = True
+        if not propagated:
+            self._fail(f"a {error} raised inside {region!r} did not propagate")
+        self._check_warning(region, caught, warns, "# entering the region above")
 
-    AutocastRegions.__name__ = AutocastRegions.__qualname__ = (
-        f"AutocastRegions_{target.device}{'_fake' if target.fake else ''}"
-    )
-    return AutocastRegions
+    @rule(data=st.data(), raises=st.booleans(), calls=st.integers(1, 2))
+    def decorated_call(self, data: st.DataObject, raises: bool, calls: int) -> None:
+        """autocast used as a decorator: each call enters and leaves the region."""
+        region = self._draw_region(data)
+        inside, warns = self.model.entered(region)
+        expected = Observed.expected(inside, region.device)
+        seen: list[Observed] = []
+        self.script += [f"@{self._source(region)}", "def body():",
+                        f"    print(observe({region.device!r}))  # expected {expected}"]
+        if raises:
+            self.script.append("    raise KeyError('raised inside the decorated function')")
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+
+            @self._context(region)
+            def body() -> None:
+                seen.append(observe(region.device))
+                if raises:
+                    raise KeyError("raised inside the decorated function")
+
+        for _ in range(calls):
+            if raises:
+                self.script += ["try:", "    body()", "except KeyError:", "    pass"]
+            else:
+                self.script.append("body()")
+            with warnings.catch_warnings(record=True) as more:
+                warnings.simplefilter("always")
+                try:
+                    body()
+                except KeyError:
+                    if not raises:
+                        raise
+                else:
+                    if raises:
+                        self._fail("a KeyError raised inside a decorated function did not "
+                                   "propagate")
+            caught += more
+            if seen[-1] != expected:
+                self._fail(f"inside a function decorated with {region!r}: {region.device} "
+                           f"state is {seen[-1]}, expected {expected}", "body()")
+            self._check_state(self.model.current, "after a decorated function returned")
+        self._check_warning(region, caught, warns, "# calling the decorated function")
+
+    @rule(data=st.data())
+    def disabled_subregion(self, data: st.DataObject) -> None:
+        """An enabled=False subregion turns autocast off inside; leaving it restores."""
+        device = data.draw(st.sampled_from(self.device_types), label="device")
+        region = Region(device, None, False, None)
+        inside, _ = self.model.entered(region)
+        self.script += [f"with {self._source(region)}:",
+                        f"    print(observe({device!r}))  # expected "
+                        f"{Observed.expected(inside, device)}"]
+        with self._context(region):
+            self.model.enter(region)
+            try:
+                self._check_state(inside, f"inside {region!r}")
+            finally:
+                self.model.exit()
+
+    @rule()
+    def fresh_thread(self) -> None:
+        """Autocast state is per thread: a new thread starts with autocast off."""
+        expected = self.model.fresh_thread()
+        self.script.append(
+            "t = threading.Thread(target=lambda: print([observe(d) for d in "
+            f"{list(self.device_types)!r}])); t.start(); t.join()")
+        states, depth = observe_in_new_thread(self.target, self.device_types)
+        for device, got in states.items():
+            want = Observed.expected(expected, device)
+            if got != want:
+                self._fail(f"in a new thread the {device} state is {got}, expected {want} "
+                           "(autocast state is thread-local and starts off)",
+                           "# the thread above")
+        if depth != 0:
+            self._fail(f"a new thread starts at autocast nesting depth {depth}, expected 0")
+
+    @invariant()
+    def agrees_with_model(self) -> None:
+        self._check_state(self.model.current, "after the last step")
+
+    def teardown(self) -> None:
+        """Leave every open region, then put the state back exactly as it was found."""
+        leftover: list[str] = []
+        try:
+            while self.open:
+                number, context = self.open.pop()
+                self.model.exit()
+                self.script.append(f"r{number}.__exit__(None, None, None)")
+                context.__exit__(None, None, None)
+            leftover = self.snapshot.diff(AutocastState.capture(self.target.device))
+        finally:
+            self.snapshot.restore()
+            self.tensors.close()
+        if leftover and not self.failed:
+            self._fail("after leaving every region the state differs from before the "
+                       "first: " + "; ".join(leftover), "# (state after the last exit)")
+
+
+@functools.cache
+def make_machine(target: Target) -> type[AutocastRegions]:
+    """The state machine for ``target``: a subclass naming the device under test."""
+    name = f"AutocastRegions_{target.device}{'_fake' if target.fake else ''}"
+    return type(name, (AutocastRegions,), {"target": target, "__qualname__": name})
 
 
 def run_regions_machine(

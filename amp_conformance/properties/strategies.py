@@ -16,6 +16,7 @@ from typing import Any
 import numpy  # a dependency: torch's _cast special-cases arrays, and we check it does
 import torch
 from hypothesis import strategies as st
+from torch.utils._pytree import tree_leaves, tree_map
 
 from amp_conformance.core.target import Target
 from amp_conformance.schema.argspec import other_device
@@ -105,14 +106,7 @@ class Opaque:
 
 
 def recipes_in(value: Any) -> Iterator[TensorRecipe]:
-    if isinstance(value, TensorRecipe):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from recipes_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from recipes_in(v)
+    return (leaf for leaf in tree_leaves(value) if isinstance(leaf, TensorRecipe))
 
 
 def materialize(value: Any, g: torch.Generator, fake: bool = False) -> Any:
@@ -121,13 +115,8 @@ def materialize(value: Any, g: torch.Generator, fake: bool = False) -> Any:
     Everything else (strings, arrays, opaque objects) is passed through as the very same
     object, so a check can test it arrived untouched by identity.
     """
-    if isinstance(value, TensorRecipe):
-        return value.build(g, fake)
-    if isinstance(value, (list, tuple)):
-        return type(value)(materialize(v, g, fake) for v in value)
-    if isinstance(value, dict):
-        return {k: materialize(v, g, fake) for k, v in value.items()}
-    return value
+    return tree_map(lambda leaf: leaf.build(g, fake) if isinstance(leaf, TensorRecipe) else leaf,
+                    value)
 
 
 def render(value: Any, g: str = "g", fake: bool = False) -> str:

@@ -7,7 +7,7 @@ with a written reason; the failure names the overloads that are neither.
 
 import pytest
 
-from amp_conformance.plugin.parametrize import load_oplist
+from amp_conformance.checks.case import load_oplist
 from amp_conformance.tools import coverage
 
 pytestmark = pytest.mark.amp_check("coverage")

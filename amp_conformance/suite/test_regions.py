@@ -97,7 +97,7 @@ def test_decorator_form(amp_target, amp_dtype):
 
 def test_default_autocast_dtype(amp_settings, amp_target, amp_dtype):
     """torch.get_autocast_dtype and torch.autocast(device) without dtype use the device default."""
-    from amp_conformance.plugin.parametrize import load_oplist
+    from amp_conformance.checks.case import load_oplist
 
     dev = amp_target.device
     recorded = load_oplist(dev, amp_settings.oplists).default_amp_dtype

@@ -38,7 +38,7 @@ from torch.utils._pytree import tree_leaves
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported
 from amp_conformance.schema import oplist
@@ -215,21 +215,16 @@ def observe(
                 try:
                     args, kwargs = case.build_inputs()
                 except Exception as exc:  # noqa: BLE001 - reported, never hidden
-                    return Reach(entry, (), (f"building inputs: {_first_line(exc)}",))
+                    return Reach(entry, (), (f"building inputs: {describe_error(exc)}",))
                 for name, fn in oplist.variants(entry):
                     with observer.recording() as seen:
                         try:
                             with target.autocast(amp_dtype):
                                 fn(*args, **kwargs)
                         except Exception as exc:  # noqa: BLE001 - reported, never hidden
-                            errors.append(f"{name}: {_first_line(exc)}")
+                            errors.append(f"{name}: {describe_error(exc)}")
                     reached.extend(seen)
     return Reach(entry, tuple(dict.fromkeys(reached)), tuple(errors))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def compute(

@@ -42,7 +42,7 @@ from amp_conformance.checks.expectations import expected_inside
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, output_dtypes, tensors_in, widest_eligible
 from amp_conformance.core.compare import compare
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, describe_error, first_line
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported
 from amp_conformance.schema import argspec, oplist
@@ -96,12 +96,6 @@ class Row:
 
 
 # -- observing -----------------------------------------------------------------------
-
-
-def _first_line(exc: BaseException, limit: int = 160) -> str:
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0] if text else ''}"
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _call(target: Target, fn: Any, args: tuple, kwargs: dict, amp_dtype: torch.dtype | None) -> Any:
@@ -165,14 +159,14 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
         try:
             args, kwargs = case.build_inputs()
         except Exception as exc:  # inputs the device cannot hold
-            return Observation("not run", message=f"inputs: {_first_line(exc)}")
+            return Observation("not run", message=f"inputs: {describe_error(exc)}")
         inside = _call(target, fn, args, kwargs, amp_dtype)
         outside = _call(target, fn, args, kwargs, None)
         if isinstance(inside, Exception):
             if isinstance(outside, Exception):
                 return Observation("not run", message=f"raises outside autocast too: "
-                                                      f"{_first_line(outside)}")
-            return Observation("error", message=str(inside).strip().splitlines()[0][:200],
+                                                      f"{describe_error(outside)}")
+            return Observation("error", message=first_line(inside, 200),
                                as_reference=entry.policy == "banned",
                                outside=_names(_dtypes(outside)))
         expected = expected_inside(case, args, kwargs)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amp_conformance.core.errors import first_line
+
 SCHEMA = "amp-conformance-report/1"
 #: the order kinds are listed in, and the precedence when an item changed in several ways
 KINDS = ("availability", "policy", "outcome", "message")
@@ -152,14 +154,9 @@ def _not_applicable(result: Mapping[str, Any]) -> bool:
         NOT_APPLICABLE)
 
 
-def _first_line(message: Any, limit: int = 160) -> str:
-    line = str(message or "").strip().splitlines()[0] if str(message or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def _reason(result: Mapping[str, Any], torch_version: str = "") -> str:
     """A not-applicable item's reason without its "not applicable: " prefix."""
-    text = _first_line(_normalize(result.get("message"), torch_version))
+    text = first_line(_normalize(result.get("message"), torch_version), 160)
     return text.removeprefix(NOT_APPLICABLE).lstrip(":").strip()
 
 
@@ -195,7 +192,7 @@ def _policy_change(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> 
 
 def _describe(result: Mapping[str, Any]) -> str:
     outcome = str(result.get("outcome"))
-    message = _first_line(result.get("message"))
+    message = first_line(result.get("message"), 160)
     return f"{outcome} ({message})" if message else outcome
 
 
@@ -224,7 +221,7 @@ def compare_item(
         text = "; ".join(policy) + (f" ({outcome})" if outcome else "")
         return Change("policy", group, item, text, ra, rb)
     if outcome:
-        message = _first_line(rb.get("message") if outcome_b != "passed" else ra.get("message"))
+        message = first_line(rb.get("message") if outcome_b != "passed" else ra.get("message"), 160)
         return Change("outcome", group, item, outcome + (f": {message}" if message else ""), ra, rb)
     message_a = _normalize(ra.get("message"), a.torch)
     message_b = _normalize(rb.get("message"), b.torch)
@@ -234,7 +231,8 @@ def compare_item(
                       f"{_reason(rb, b.torch)!r}", ra, rb)
     if message_a != message_b:
         return Change("message", group, item,
-                      f"{outcome_b}: {_first_line(message_a) or '—'!r} -> {_first_line(message_b) or '—'!r}",
+                      f"{outcome_b}: {first_line(message_a, 160) or '—'!r} -> "
+                      f"{first_line(message_b, 160) or '—'!r}",
                       ra, rb)
     return None
 

@@ -22,6 +22,11 @@ from typing import Any
 import pytest
 import torch
 
+from amp_conformance.core import devices
+from amp_conformance.plugin.report.render import render_html, render_markdown
+from amp_conformance.plugin.session_settings import settings
+from amp_conformance.plugin.vendor import check_of, declarations
+
 SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 NOT_APPLICABLE = "not applicable"
@@ -68,9 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def item_info(item: pytest.Item) -> dict[str, Any]:
     """What the report needs to know of an item, beyond its outcome."""
-    from amp_conformance.core import devices
-    from amp_conformance.plugin.vendor import check_of
-
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     info: dict[str, Any] = {"check": check_of(item), "amp_dtype": None, "category": None,
@@ -92,10 +94,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # -- gathering -----------------------------------------------------------------------
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def message_of(report: Any, category: str) -> str | None:
@@ -206,10 +204,6 @@ class ReportWriter:
     # -- building --------------------------------------------------------------------
 
     def build(self) -> dict[str, Any]:
-        from amp_conformance.core import devices
-        from amp_conformance.plugin import settings
-        from amp_conformance.plugin.vendor import declarations
-
         s = settings(self.config)
         decl = declarations(self.config)
         results = [r.as_json() for _, r in sorted(self.records.items())]
@@ -237,8 +231,6 @@ class ReportWriter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from amp_conformance.plugin.report.render import render_html, render_markdown
-
         data = self.build()
         json_path, html_path, md_path = report_paths(self.path)
         json_path.parent.mkdir(parents=True, exist_ok=True)

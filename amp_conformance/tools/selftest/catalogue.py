@@ -34,7 +34,7 @@ from typing import Any, Union
 import torch
 
 from amp_conformance.core import devices
-from amp_conformance.core.casting import is_eligible, tensors_in
+from amp_conformance.core.casting import is_eligible, map_tensors, tensors_in
 
 Undo = Callable[[], None]
 
@@ -113,13 +113,7 @@ def keep_dtype(op: str, dispatch_key: str = "AutocastCPU") -> Callable[[], Undo]
 
 
 def _cast_all(value: Any, dtype: torch.dtype, should_cast: Callable[[torch.Tensor], bool]) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if should_cast(value) else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast_all(v, dtype, should_cast) for v in value)
-    if isinstance(value, dict):
-        return {k: _cast_all(v, dtype, should_cast) for k, v in value.items()}
-    return value
+    return map_tensors(lambda t: t.to(dtype) if should_cast(t) else t, value)
 
 
 #: What a kernel casts to, given the device's autocast dtype and the call's tensors.
