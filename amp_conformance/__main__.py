@@ -19,6 +19,9 @@ COMMANDS = {
                  "it as an op list"),
     "drift": ("amp_conformance.tools.drift",
               "what changed between two conformance reports (policy, availability, messages)"),
+    "run": ("amp_conformance.tools.run",
+            "a supervised suite run: a crash, os._exit, a hang or zero executed checks is "
+            "never a pass"),
     "selftest": ("amp_conformance.tools.selftest.runner",
                  "mutation testing: prove the suite catches deliberately broken autocast"),
 }

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from amp_conformance.core import devices
+
 
 def nesting() -> int:
     """The autocast nesting depth, read without leaving a trace."""
@@ -16,33 +18,55 @@ def nesting() -> int:
     return depth
 
 
+def autocast_device_types() -> tuple[str, ...]:
+    """Every device type whose autocast state torch keeps here (the in-tree ones and the
+    PrivateUse1 backend's current name); a type this torch cannot answer for is left out."""
+    found = []
+    for device in dict.fromkeys([*devices.PROFILES, devices.privateuse1_name()]):
+        try:
+            torch.is_autocast_enabled(device)
+            torch.get_autocast_dtype(device)
+        except (RuntimeError, ValueError, TypeError):
+            continue
+        found.append(device)
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class AutocastState:
+    """The thread's whole autocast state: enabled flag and dtype of every device type,
+    the cache flag and the nesting depth. ``device`` is the one under test (its fields are
+    named first in a diff)."""
+
     device: str
-    enabled: bool
-    dtype: torch.dtype
+    per_device: tuple[tuple[str, bool, torch.dtype], ...]
     cache_enabled: bool
     nesting: int
-    cpu_enabled: bool
-    cpu_dtype: torch.dtype
 
     @classmethod
     def capture(cls, device: str) -> AutocastState:
+        types = dict.fromkeys([device, *autocast_device_types()])
         return cls(
             device=device,
-            enabled=torch.is_autocast_enabled(device),
-            dtype=torch.get_autocast_dtype(device),
+            per_device=tuple(
+                (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in types
+            ),
             cache_enabled=torch.is_autocast_cache_enabled(),
             nesting=nesting(),
-            cpu_enabled=torch.is_autocast_enabled("cpu"),
-            cpu_dtype=torch.get_autocast_dtype("cpu"),
         )
 
+    @property
+    def enabled(self) -> bool:
+        return self.per_device[0][1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.per_device[0][2]
+
     def restore(self) -> None:
-        torch.set_autocast_enabled(self.device, self.enabled)
-        torch.set_autocast_dtype(self.device, self.dtype)
-        torch.set_autocast_enabled("cpu", self.cpu_enabled)
-        torch.set_autocast_dtype("cpu", self.cpu_dtype)
+        for device, enabled, dtype in self.per_device:
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)
         torch.set_autocast_cache_enabled(self.cache_enabled)
         depth = nesting()
         while depth < self.nesting:
@@ -53,11 +77,22 @@ class AutocastState:
             torch.clear_autocast_cache()
 
     def diff(self, other: AutocastState) -> list[str]:
-        return [
-            f"{name}: {getattr(self, name)} before, {getattr(other, name)} after"
-            for name in ("enabled", "dtype", "cache_enabled", "nesting", "cpu_enabled", "cpu_dtype")
-            if getattr(self, name) != getattr(other, name)
-        ]
+        """What changed from this state to ``other``, one phrase per field."""
+        changes = []
+        theirs = {d: (e, t) for d, e, t in other.per_device}
+        for device, enabled, dtype in self.per_device:
+            if device not in theirs:
+                continue
+            other_enabled, other_dtype = theirs[device]
+            prefix = "" if device == self.device else f"{device} "
+            if enabled != other_enabled:
+                changes.append(f"{prefix}enabled: {enabled} before, {other_enabled} after")
+            if dtype != other_dtype:
+                changes.append(f"{prefix}dtype: {dtype} before, {other_dtype} after")
+        for name in ("cache_enabled", "nesting"):
+            if getattr(self, name) != getattr(other, name):
+                changes.append(f"{name}: {getattr(self, name)} before, {getattr(other, name)} after")
+        return changes
 
 
 class StateLeak(AssertionError):

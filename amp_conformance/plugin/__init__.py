@@ -17,7 +17,11 @@ from amp_conformance.plugin.options import Settings
 from amp_conformance.properties import profiles
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
-pytest_plugins = ("amp_conformance.plugin.vendor", "amp_conformance.plugin.report.collect")
+pytest_plugins = (
+    "amp_conformance.plugin.vendor",
+    "amp_conformance.plugin.verdict",
+    "amp_conformance.plugin.report.collect",
+)
 
 MARKERS = (
     "amp_check(name): the conformance check an item performs (policy, numerics, outside, "
@@ -91,7 +95,12 @@ def amp_settings(request: pytest.FixtureRequest) -> Settings:
 @pytest.fixture(autouse=True)
 def _amp_isolation(request: pytest.FixtureRequest):
     """Give every conformance item a clean slate and restore it afterwards, pass or fail:
-    autocast state (device and cpu), cache flag, nesting, grad mode, default dtype."""
+    autocast state of every device type, cache flag, nesting, grad mode, default dtype.
+
+    An item that leaves autocast state behind (a kernel that turns another device's
+    autocast on, a dtype switched inside a region and never put back) errors at teardown,
+    naming what leaked, so the leak is pinned on the item that made it, not found later.
+    """
     if request.node.get_closest_marker("amp_check") is None:
         yield
         return
@@ -101,7 +110,12 @@ def _amp_isolation(request: pytest.FixtureRequest):
         try:
             yield
         finally:
+            leaked = before.diff(AutocastState.capture(device))
             before.restore()
+        if leaked:
+            pytest.fail(f"autocast state leaked by {request.node.nodeid}: " + "; ".join(leaked)
+                        + " (restored; the item must leave the state as it found it)",
+                        pytrace=False)
 
 
 @pytest.fixture(scope="session")

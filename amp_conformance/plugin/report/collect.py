@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import platform
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +21,19 @@ import pytest
 import torch
 
 from amp_conformance.core import devices
+from amp_conformance.plugin import verdict
+from amp_conformance.plugin.report.journal import (
+    Accumulator,
+    Journal,
+    build_report,
+    journal_path,
+)
 from amp_conformance.plugin.report.render import render_html, render_markdown
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import check_of, declarations
 
-SCHEMA = "amp-conformance-report/1"
-OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
-NOT_APPLICABLE = "not applicable"
 ITEM_PROPERTY = "amp_item"
 OBSERVED_PROPERTY = "amp_observed"
-#: an item's outcome when its phases differ: the most telling one wins
-_RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6}
-_MAX_MESSAGE = 4000
 
 
 def report_paths(path: str | Path) -> tuple[Path, Path, Path]:
@@ -114,102 +113,35 @@ def message_of(report: Any, category: str) -> str | None:
     return None
 
 
-@dataclass
-class ItemRecord:
-    nodeid: str
-    outcome: str = ""
-    message: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    observed: Any = None
-
-    def add(self, report: Any, category: str) -> None:
-        props = dict(getattr(report, "user_properties", ()) or ())
-        if ITEM_PROPERTY in props:
-            self.info = dict(props[ITEM_PROPERTY])
-        if OBSERVED_PROPERTY in props:
-            self.observed = props[OBSERVED_PROPERTY]
-        if _RANK.get(category, 0) > _RANK.get(self.outcome, 0):
-            self.outcome = category
-            self.message = message_of(report, category)
-
-    def as_json(self) -> dict[str, Any]:
-        test, param = split_nodeid(self.nodeid)
-        message = self.message
-        if message is not None and len(message) > _MAX_MESSAGE:
-            message = message[:_MAX_MESSAGE] + "\n… (truncated)"
-        info = self.info
-        return {
-            "nodeid": self.nodeid,
-            "test": test,
-            "check": info.get("check"),
-            "param": param,
-            "amp_dtype": info.get("amp_dtype"),
-            "category": info.get("category"),
-            "entry": info.get("entry"),
-            "op": info.get("op"),
-            "outcome": self.outcome or "passed",
-            "message": message,
-            "observed": self.observed if self.observed not in ({}, None) else None,
-        }
-
-
-def split_nodeid(nodeid: str) -> tuple[str | None, str | None]:
-    """(test function name, parametrization id) of a node id."""
-    if "::" not in nodeid:
-        return None, None
-    name = nodeid.rsplit("::", 1)[1]
-    if "[" in name and name.endswith("]"):
-        test, param = name.split("[", 1)
-        return test, param[:-1]
-    return name, None
-
-
-def is_not_applicable(message: str | None) -> bool:
-    return bool(message) and message.startswith(NOT_APPLICABLE)
-
-
 class ReportWriter:
-    """Registered on the process that runs the session; writes the files at its end."""
+    """Registered on the process that runs the session (the xdist controller included).
+
+    Every event goes to the journal first, then into the live accumulator; the files are
+    written at the session's start (status "running": a crash leaves that, never an older
+    run's report) and at its end (completed, or interrupted and by what).
+    """
 
     def __init__(self, config: pytest.Config, path: Path):
         self.config = config
         self.path = path
-        self.records: dict[str, ItemRecord] = {}
-        self.counts: Counter[str] = Counter()
+        self.acc = Accumulator()
+        self.journal: Journal | None = None
         self.written: list[Path] = []
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if self.journal is not None:
+            self.journal.append(event)
+        self.acc.feed(event)
 
     def _category(self, report: Any) -> str:
         status = self.config.hook.pytest_report_teststatus(report=report, config=self.config)
         return status[0] if status else ""
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        category = self._category(report)
-        if category in OUTCOMES:
-            self.counts[category] += 1
-            if category == "skipped" and is_not_applicable(message_of(report, category)):
-                self.counts["not_applicable"] += 1
-        self.records.setdefault(report.nodeid, ItemRecord(report.nodeid)).add(report, category)
-
-    def pytest_collectreport(self, report: Any) -> None:
-        if report.passed:
-            return
-        category = "error" if report.failed else "skipped"
-        record = self.records.setdefault(report.nodeid, ItemRecord(report.nodeid))
-        if not record.outcome:
-            self.counts[category] += 1
-            if category == "skipped" and is_not_applicable(message_of(report, category)):
-                self.counts["not_applicable"] += 1
-        record.add(report, category)
-
-    # -- building --------------------------------------------------------------------
-
-    def build(self) -> dict[str, Any]:
+    def _session_event(self) -> dict[str, Any]:
         s = settings(self.config)
         decl = declarations(self.config)
-        results = [r.as_json() for _, r in sorted(self.records.items())]
-        summary = {k: self.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
         return {
-            "schema": SCHEMA,
+            "event": "session",
             "torch": torch.__version__,
             "python": platform.python_version(),
             "device": s.device,
@@ -224,14 +156,58 @@ class ReportWriter:
                 "keyword": self.config.option.keyword or None,
                 "markexpr": self.config.option.markexpr or None,
             },
-            "summary": summary,
-            "categories": categories(results),
-            "results": results,
         }
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        for stale in report_paths(self.path):
+            stale.unlink(missing_ok=True)
+        self.journal = Journal(journal_path(self.path))
+        self._event(self._session_event())
+        self._write(build_report(self.acc))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:
+            self._event({"event": "collected", "count": len(session.items)})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.acc.collected is None:
+            self._event({"event": "collected", "count": len(ids)})
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self._event({"event": "start", "nodeid": nodeid})
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self._event({"event": "finish", "nodeid": nodeid})
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        self._event(self._report_event(report, self._category(report)))
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.passed:
+            return
+        category = "error" if report.failed else "skipped"
+        if report.nodeid in self.acc.records:
+            return
+        self._event({**self._report_event(report, category), "collection": True})
+
+    def _report_event(self, report: Any, category: str) -> dict[str, Any]:
+        props = dict(getattr(report, "user_properties", ()) or ())
+        return {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
+                "category": category, "message": message_of(report, category),
+                "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY)}
+
+    # -- the end ---------------------------------------------------------------------
+
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        data = self.build()
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = verdict.interrupted_by(self.config)
+        self._event({"event": "end", "exitstatus": int(exitstatus), "interrupted_by": interrupted})
+        if self.journal is not None:
+            self.journal.close()
+        self._write(build_report(self.acc))
+
+    def _write(self, data: dict[str, Any]) -> None:
         json_path, html_path, md_path = report_paths(self.path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -243,23 +219,3 @@ class ReportWriter:
         if self.written:
             terminalreporter.write_line(
                 "amp-conformance report: " + ", ".join(str(p) for p in self.written))
-
-
-def categories(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per op-list category: item outcomes, not-applicable skips and the pass rate."""
-    table: dict[str, Counter[str]] = {}
-    for r in results:
-        if r["category"] is None:
-            continue
-        counts = table.setdefault(r["category"], Counter())
-        counts[r["outcome"]] += 1
-        if r["outcome"] == "skipped" and is_not_applicable(r["message"]):
-            counts["not_applicable"] += 1
-    out: dict[str, dict[str, Any]] = {}
-    for name in sorted(table):
-        counts = table[name]
-        row: dict[str, Any] = {k: counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
-        ran = row["passed"] + row["failed"] + row["error"] + row["xpassed"]
-        row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
-        out[name] = row
-    return out

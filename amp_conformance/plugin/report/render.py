@@ -23,7 +23,7 @@ STYLE = {
     "skipped": ("skip", "s", "skipped"),
     "n/a": ("na", "·", "not applicable"),
 }
-_PROBLEMS = ("failed", "error", "xpassed")
+_PROBLEMS = ("failed", "error", "xpassed", "unfinished")
 
 _CSS = """
 :root { --ok:#1a7f37; --ok-bg:#dafbe1; --fail:#cf222e; --fail-bg:#ffebe9; --xfail:#9a6700;
@@ -44,6 +44,8 @@ h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 6px; border-bottom: 1
 .card.ok .n { color: var(--ok); } .card.fail .n { color: var(--fail); }
 .card.xfail .n { color: var(--xfail); } .card.xpass .n { color: var(--xpass); }
 .card.skip .n { color: var(--skip); }
+.banner { border: 2px solid var(--fail); background: var(--fail-bg); color: var(--fail); padding: 10px 14px;
+  border-radius: 8px; }
 .bar { display: inline-block; width: 120px; height: 8px; background: var(--fail-bg);
   border-radius: 4px; overflow: hidden; vertical-align: middle; margin-right: 6px; }
 .bar > span { display: block; height: 100%; background: var(--ok); }
@@ -116,6 +118,24 @@ def headline(message: str | None) -> str:
     if lines[0].endswith(":") and len(lines) > 1:
         return f"{lines[0]} {lines[1]}"
     return lines[0]
+
+
+def run_warning(data: dict[str, Any]) -> str | None:
+    """What makes this report no verdict, in one sentence: a run that did not complete
+    (interrupted, crashed, still running) or in which no check executed; None otherwise."""
+    run = data.get("run") or {}
+    status = run.get("status", "completed")
+    if status != "completed":
+        how = {"running": "did not finish (the report was never completed: the process died, "
+                          "or is still running)",
+               "crashed": "crashed",
+               "interrupted": f"was interrupted ({run.get('interrupted_by')})"}.get(status, status)
+        where = f"; it stopped in {run['running']}" if run.get("running") else ""
+        return f"INCOMPLETE RUN: the run {how}{where}. This report is not a verdict."
+    if run.get("executed") == 0:
+        return ("NO CHECK EXECUTED: every item was skipped or deselected. This report proves "
+                "nothing about the device.")
+    return None
 
 
 def state_of(result: dict[str, Any]) -> str:
@@ -288,6 +308,11 @@ def _cards(data: dict[str, Any]) -> str:
         for css, n, label in cards) + "</div>"
 
 
+def _banner(data: dict[str, Any]) -> str:
+    warning = run_warning(data)
+    return f'<p class="banner fail"><strong>{_e(warning)}</strong></p>' if warning else ""
+
+
 def _options_table(data: dict[str, Any]) -> str:
     rows = [("device", data.get("device")), ("fake", data.get("fake")),
             ("amp dtypes", ", ".join(data.get("amp_dtypes") or [])), ("numerics", data.get("numerics")),
@@ -331,6 +356,7 @@ def render_html(data: dict[str, Any]) -> str:
 <body><header><h1>Autocast conformance — {_e(data.get('device'))}</h1>
 <div class="meta">{_e(meta)}</div></header>
 <main>
+{_banner(data)}
 {_cards(data)}
 <h2 id="categories">By category</h2>
 {_category_table(data)}
@@ -356,6 +382,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
     lines = [
         f"## Autocast conformance: {data.get('device')}{mode}, torch {data.get('torch')}",
         "",
+        *([f"> **{run_warning(data)}**", ""] if run_warning(data) else []),
         f"**{s.get('passed', 0)} passed**, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
         f"{s.get('xfailed', 0)} expected failures, {s.get('xpassed', 0)} unexpected passes, "
         f"{s.get('skipped', 0)} skipped ({s.get('not_applicable', 0)} not applicable) — "

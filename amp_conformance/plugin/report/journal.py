@@ -1,0 +1,235 @@
+"""The report's journal: every event of a run appended durably, and the report rebuilt from it.
+
+A run that crashes (a segfault, ``os._exit``, a hang that had to be killed) never reaches
+``pytest_sessionfinish``, so a report written only at the end would be lost, or worse, an
+earlier run's report would stay in place. The session appends one JSON line per event to
+``PATH.journal.jsonl`` (flushed at once: what was written survives the process's death), and the
+report is a pure function of those events: the plugin builds it at the end of a run, and
+``python -m amp_conformance run`` rebuilds it after a run that died, with the run marked
+crashed and the item that was running named. No pytest here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "amp-conformance-report/1"
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
+#: an item that started but whose teardown never reported: the run stopped inside it
+UNFINISHED = "unfinished"
+NOT_APPLICABLE = "not applicable"
+#: an item's outcome when its phases differ: the most telling one wins
+_RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6}
+_MAX_MESSAGE = 4000
+#: run statuses: only "completed" is a verdict
+STATUSES = ("running", "completed", "interrupted", "crashed")
+
+
+def journal_path(report: str | Path) -> Path:
+    """``reports/cpu.json`` -> ``reports/cpu.journal.jsonl``."""
+    report = Path(report)
+    return report.with_name(report.stem + ".journal.jsonl")
+
+
+class Journal:
+    """Append-only, one JSON object per line, each line handed to the OS before the next
+    event (a dying process loses none; the file is fsynced when the run ends)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("w", encoding="utf-8")
+
+    def append(self, event: dict[str, Any]) -> None:
+        self._file.write(json.dumps(event, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The journal's events; a last line cut short by a crash is dropped."""
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return events
+
+
+def is_not_applicable(message: str | None) -> bool:
+    return bool(message) and message.startswith(NOT_APPLICABLE)
+
+
+def split_nodeid(nodeid: str) -> tuple[str | None, str | None]:
+    """(test function name, parametrization id) of a node id."""
+    if "::" not in nodeid:
+        return None, None
+    name = nodeid.rsplit("::", 1)[1]
+    if "[" in name and name.endswith("]"):
+        test, param = name.split("[", 1)
+        return test, param[:-1]
+    return name, None
+
+
+@dataclass
+class ItemRecord:
+    nodeid: str
+    outcome: str = ""
+    message: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    observed: Any = None
+    finished: bool = False
+
+    def add(self, event: dict[str, Any]) -> None:
+        if event.get("item"):
+            self.info = dict(event["item"])
+        if event.get("observed") is not None:
+            self.observed = event["observed"]
+        category = event.get("category", "")
+        if _RANK.get(category, 0) > _RANK.get(self.outcome, 0):
+            self.outcome = category
+            self.message = event.get("message")
+
+    @property
+    def final_outcome(self) -> str:
+        """The item's outcome; never "passed" for an item the run did not finish."""
+        if not self.finished and self.outcome in ("", "passed"):
+            return UNFINISHED
+        return self.outcome or "passed"
+
+    def as_json(self) -> dict[str, Any]:
+        test, param = split_nodeid(self.nodeid)
+        message = self.message
+        if message is not None and len(message) > _MAX_MESSAGE:
+            message = message[:_MAX_MESSAGE] + "\n… (truncated)"
+        info = self.info
+        return {
+            "nodeid": self.nodeid,
+            "test": test,
+            "check": info.get("check"),
+            "param": param,
+            "amp_dtype": info.get("amp_dtype"),
+            "category": info.get("category"),
+            "entry": info.get("entry"),
+            "op": info.get("op"),
+            "outcome": self.final_outcome,
+            "message": message,
+            "observed": self.observed if self.observed not in ({}, None) else None,
+        }
+
+
+class Accumulator:
+    """Items and counts from a stream of events (live in the plugin, replayed after a crash)."""
+
+    def __init__(self) -> None:
+        self.session: dict[str, Any] = {}
+        self.records: dict[str, ItemRecord] = {}
+        self.counts: Counter[str] = Counter()
+        self.running: str | None = None
+        self.collected: int | None = None
+        self.end: dict[str, Any] | None = None
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "session":
+            self.session = {k: v for k, v in event.items() if k != "event"}
+        elif kind == "collected":
+            self.collected = event.get("count")
+        elif kind == "start":
+            self.running = event["nodeid"]
+            self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"]))
+        elif kind == "report":
+            self._report(event)
+        elif kind == "finish":
+            self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"])).finished = True
+            if self.running == event["nodeid"]:
+                self.running = None
+        elif kind == "end":
+            self.end = event
+
+    def _report(self, event: dict[str, Any]) -> None:
+        category = event.get("category", "")
+        if category in OUTCOMES:
+            self.counts[category] += 1
+            if category == "skipped" and is_not_applicable(event.get("message")):
+                self.counts["not_applicable"] += 1
+        record = self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"]))
+        record.add(event)
+        if event.get("collection"):  # a collection error or skip: nothing more will come
+            record.finished = True
+
+
+def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
+    """The ``run`` object: whether the run completed, and if not, how it stopped."""
+    unfinished = sorted(n for n, r in acc.records.items() if r.final_outcome == UNFINISHED)
+    finished = [r for r in acc.records.values() if r.finished]
+    executed = sum(1 for r in finished if r.final_outcome not in ("skipped",))
+    if acc.end is not None:
+        interrupted = acc.end.get("interrupted_by")
+        status = "interrupted" if interrupted else "completed"
+    else:
+        status = "crashed" if process_gone else "running"
+        interrupted = None
+    return {
+        "status": status,
+        "exitstatus": acc.end.get("exitstatus") if acc.end else None,
+        "interrupted_by": interrupted,
+        "running": acc.running if status != "completed" else None,
+        "collected": acc.collected,
+        "finished": len(finished),
+        "executed": executed,
+        "unfinished": unfinished[:50],
+    }
+
+
+def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]:
+    """The report (docs/report-schema.md) from what the events said."""
+    results = [r.as_json() for _, r in sorted(acc.records.items())]
+    summary = {k: acc.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
+    summary[UNFINISHED] = sum(1 for r in results if r["outcome"] == UNFINISHED)
+    return {
+        "schema": SCHEMA,
+        **acc.session,
+        "run": run_status(acc, process_gone),
+        "summary": summary,
+        "categories": categories(results),
+        "results": results,
+    }
+
+
+def rebuild(journal: Path) -> dict[str, Any]:
+    """The report of a run whose process is gone, from its journal alone."""
+    acc = Accumulator()
+    for event in read_events(journal):
+        acc.feed(event)
+    return build_report(acc, process_gone=True)
+
+
+def categories(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per op-list category: item outcomes, not-applicable skips and the pass rate."""
+    table: dict[str, Counter[str]] = {}
+    for r in results:
+        if r["category"] is None:
+            continue
+        counts = table.setdefault(r["category"], Counter())
+        counts[r["outcome"]] += 1
+        if r["outcome"] == "skipped" and is_not_applicable(r["message"]):
+            counts["not_applicable"] += 1
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(table):
+        counts = table[name]
+        row: dict[str, Any] = {k: counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
+        ran = row["passed"] + row["failed"] + row["error"] + row["xpassed"]
+        row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
+        out[name] = row
+    return out

@@ -1,0 +1,102 @@
+"""A verdict survives faults: a backend that exits, aborts, hangs or leaks state, a run
+that is terminated, or one where nothing executed never reads as a pass.
+
+Each case runs the suite in a subprocess against ``tests/faults/amp_fault.py`` (a backend
+module whose AutocastCPU ``mm`` kernel misbehaves as ``AMP_FAULT`` says), through
+``python -m amp_conformance run`` where the fault kills the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAULTS = Path(__file__).parent / "faults"
+SELECT = ["-k", "test_policy and torch_16-mm", "-p", "no:cacheprovider", "-q"]
+
+
+def _env(fault: str) -> dict[str, str]:
+    env = dict(os.environ, AMP_FAULT=fault)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAULTS), env.get("PYTHONPATH")]))
+    return env
+
+
+def _supervised(tmp_path: Path, fault: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--item-timeout=4",
+         "--hang-timeout=60", "--", "--device", "cpu", "--backend-module", "amp_fault",
+         *SELECT, *extra],
+        cwd=tmp_path, env=_env(fault), capture_output=True, text=True, timeout=300)
+    return proc, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("fault, how", [("exit0", "exit status 0"), ("abort", "SIGABRT")])
+def test_a_dying_backend_is_no_pass_and_the_item_is_named(tmp_path, fault, how):
+    proc, data = _supervised(tmp_path, fault)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "crashed in suite/test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm]" in last, last
+    assert how in last, last
+    assert data["run"]["status"] == "crashed"
+    assert data["run"]["running"].endswith("test_policy[cpu-bfloat16-torch_16-mm]")
+    outcomes = {r["nodeid"].split("::")[-1]: r["outcome"] for r in data["results"]}
+    assert outcomes["test_policy[cpu-bfloat16-torch_16-mm]"] == "unfinished"
+    assert "passed" not in {outcomes.get("test_policy[cpu-bfloat16-torch_16-mm]")}
+
+
+def test_a_hanging_kernel_fails_its_item_by_timeout(tmp_path):
+    proc, data = _supervised(tmp_path, "hang")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = [r for r in data["results"] if r["outcome"] == "failed"]
+    assert failed and all("Timeout" in (r["message"] or "") for r in failed), failed
+    assert data["run"]["status"] == "completed"
+
+
+def test_a_state_leak_is_pinned_on_the_item(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
+         "--backend-module", "amp_fault", *SELECT],
+        cwd=tmp_path, env=_env("leak"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout
+    assert "xpu enabled: False before, True after" in proc.stdout, proc.stdout
+
+
+def test_sigterm_leaves_an_interrupted_report_naming_the_item(tmp_path):
+    report = tmp_path / "r.json"
+    (tmp_path / "r.md").write_text("an older run's report\n")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
+         "--backend-module", "amp_fault", f"--conformance-report={report}", *SELECT],
+        cwd=tmp_path, env=_env("hang"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    journal = tmp_path / "r.journal.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"start"' not in (
+            journal.read_text() if journal.exists() else ""):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=120)
+    assert child.returncode == 2
+    data = json.loads(report.read_text())
+    assert data["run"]["status"] == "interrupted" and data["run"]["interrupted_by"] == "SIGTERM"
+    assert data["run"]["running"].endswith("test_policy[cpu-bfloat16-torch_16-mm]")
+    assert "INCOMPLETE RUN" in (tmp_path / "r.md").read_text()
+
+
+def test_a_run_where_nothing_executed_is_not_green(tmp_path):
+    args = [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
+            "-k", "bfloat16 and view_as_complex-float16", "-p", "no:cacheprovider", "-q"]
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 5, proc.stdout
+    assert "no conformance check executed" in proc.stdout
+    allowed = subprocess.run([*args, "--amp-allow-empty"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    assert allowed.returncode == 0, allowed.stdout
