@@ -260,7 +260,7 @@ def test_unreadable_report_exit_2(tmp_path, capsys, content, problem):
         bad.write_text(content, encoding="utf-8")
     code, out, err = run_cli(capsys, good, str(bad))
     assert code == 2 and out == ""
-    assert "amp-conformance drift:" in err and problem in err
+    assert err.startswith(f"error: {bad}: ") and problem in err and err.count("\n") == 1
 
 
 def test_duplicate_items_are_rejected(tmp_path):

@@ -107,7 +107,7 @@ def test_default_campaign_is_the_cpu_tier_and_fake_the_fake_tier():
     assert len(runner.select_mutants(None, False, every_tier=True)) == len(cpu) + len(fake)
     assert [m.name for m in runner.select_mutants(None, False, ["cuda-mm-kept-fp32"])] == [
         "cuda-mm-kept-fp32"]
-    with pytest.raises(SystemExit, match="unknown mutant"):
+    with pytest.raises(runner.SelectionError, match="--only no-such-mutant: no such mutant"):
         runner.select_mutants(None, False, ["no-such-mutant"])
 
 

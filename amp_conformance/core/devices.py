@@ -111,7 +111,8 @@ def validate(device: str) -> None:
         allowed = [d for d in known_device_types() if is_autocast_available(d)]
         raise DeviceError(
             f"unknown autocast device type {device!r}; torch {torch.__version__} knows: "
-            f"{', '.join(allowed)} (a PrivateUse1 backend appears here once its module is imported)"
+            f"{', '.join(allowed)} (a PrivateUse1 backend appears here once its module is "
+            "imported: pass --backend-module MODULE)"
         )
 
 

@@ -8,17 +8,18 @@ option of that name: the host keeps its own option, ours stays reachable as ``--
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from amp_conformance.core import devices
+from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.target import Target, fake_supported
 
 #: Short aliases and the canonical option each stands for.
-ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake"}
+ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake",
+           "--compile": "--amp-compile"}
 NUMERICS = ("bitwise", "close")
 
 _OPTIONS = {
@@ -65,8 +66,18 @@ _OPTIONS = {
         help="write the conformance report: JSON (docs/report-schema.md), plus PATH.html "
              "and PATH.md beside it",
     ),
+    "--amp-allow-empty": dict(
+        dest="amp_allow_empty", action="store_true", default=False,
+        help="exit 0 even when every selected conformance item was skipped (by default such "
+             "a run ends with exit status 5: it proves nothing)",
+    ),
     "--amp-hypothesis-profile": dict(dest="amp_hypothesis_profile", default="ci", choices=(
         "ci", "dev", "nightly"), help="Hypothesis profile of the property checks (default: ci)"),
+    "--amp-compile": dict(
+        dest="amp_compile", default=None, metavar="BACKEND",
+        help="also run every op-list entry's policy check through torch.compile with this "
+             "backend (eager, aot_eager, inductor, a vendor's) and compare with eager",
+    ),
 }
 
 
@@ -106,6 +117,8 @@ class Settings:
     numerics: str
     fake: bool
     oplists: tuple[str, ...] = ()
+    #: --amp-compile: the torch.compile backend of the per-entry compiled tier (None: off)
+    compile_backend: str | None = None
 
     @property
     def target(self) -> Target:
@@ -116,9 +129,9 @@ def resolve(config: pytest.Config) -> Settings:
     """Validate the options; raise pytest.UsageError with what is allowed."""
     for module in config.getoption("amp_backend_modules"):
         try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise pytest.UsageError(f"--backend-module {module}: cannot import it: {exc}") from None
+            import_backend(module)
+        except BackendError as exc:  # ImportError, any other exception, sys.exit
+            raise pytest.UsageError(f"amp-conformance: {exc}") from None
     device = config.getoption("amp_device")
     fake = config.getoption("amp_fake")
     try:
@@ -160,4 +173,19 @@ def resolve(config: pytest.Config) -> Settings:
         numerics=config.getoption("amp_numerics") or "bitwise",
         fake=fake,
         oplists=tuple(config.getoption("amp_oplists")),
+        compile_backend=_compile_backend(config),
     )
+
+
+def _compile_backend(config: pytest.Config) -> str | None:
+    """--amp-compile, validated against the backends torch.compile knows (after the
+    --backend-module imports, which may register one)."""
+    name = config.getoption("amp_compile")
+    if name is None:
+        return None
+    from amp_conformance.checks.compile.backends import UnknownBackend, validate
+
+    try:
+        return validate(name)
+    except UnknownBackend as exc:
+        raise pytest.UsageError(f"amp-conformance: {exc}") from None

@@ -12,6 +12,8 @@ Capabilities (a TOML file, every key optional)::
     cast_cache = false            # no autocast cast cache: its checks are skipped
     bitwise = false               # not bitwise reproducible: numerics compared with tolerances
     amp_dtypes = ["float16"]      # the autocast dtypes the device supports (no bfloat16)
+    fused_optimizers = false      # no fused=True SGD/Adam/AdamW: GradScaler's fused checks skip
+    sparse_grads = false          # no sparse gradients: GradScaler's sparse checks skip
     [reasons]
     cast_cache = "autocast is registered from Python: no binding for cached_cast"
 
@@ -21,6 +23,8 @@ prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` a
 
 from __future__ import annotations
 
+import os
+import reprlib
 import tomllib
 import warnings
 from collections.abc import Mapping
@@ -32,6 +36,7 @@ import pytest
 
 from amp_conformance.checks import registry
 from amp_conformance.core import devices
+from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin.options import Settings
 
 #: capability -> (type, default, what turning it off means)
@@ -39,6 +44,9 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "cast_cache": (bool, True, "device declares no cast cache"),
     "bitwise": (bool, True, "device declares no bitwise reproducibility"),
     "amp_dtypes": (list, None, "device declares no autocast in"),
+    "fused_optimizers": (bool, True, "device declares no fused optimizers"),
+    "sparse_grads": (bool, True, "device declares no sparse gradients"),
+    "compile": (bool, True, "device declares no torch.compile support"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
 _AMP_DTYPES = ("bfloat16", "float16")
@@ -148,23 +156,78 @@ def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]
     return values, dict(reasons)
 
 
+def _read_text(path: str | Path, what: str, form: str) -> str:
+    """A declaration file's text; else a one-line DeclarationError naming the file (a
+    directory or a binary file given by mistake must not end in a traceback)."""
+    a_what = f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DeclarationError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise DeclarationError(f"{path}: is a directory, not {a_what}") from None
+    except UnicodeDecodeError as exc:
+        raise DeclarationError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                               f"{a_what} is {form}") from None
+    except OSError as exc:
+        raise DeclarationError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+
+
 def read_capabilities(path: str | Path) -> dict[str, Any]:
     """The content of a capabilities file (not yet validated); for hooks that read one."""
+    text = _read_text(path, "capabilities file", "a UTF-8 TOML file")
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DeclarationError(f"{path}: no such capabilities file") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # the message names the line and column
         raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
+
+
+def hook_results(config: pytest.Config, name: str, device: str) -> list[tuple[str, Any]]:
+    """``(where, result)`` of each implementation of the hook ``name`` that returned
+    something, in pluggy's call order. Each is called on its own, so a result of the wrong
+    type, or an exception, is reported naming the plugin (a conftest's path, a plugin's
+    name) rather than as a traceback."""
+    impls = [i for i in getattr(config.hook, name).get_hookimpls()
+             if not (i.wrapper or i.hookwrapper)]
+    found: list[tuple[str, Any]] = []
+    for impl in reversed(impls):  # pluggy calls the last registered first
+        others = [i.plugin for i in impls if i.plugin is not impl.plugin]
+        where = f"{impl.plugin_name}: hook {name}"
+        caller = config.pluginmanager.subset_hook_caller(name, others)
+        try:
+            results = caller(config=config, device=device)
+        except pytest.UsageError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a vendor hook may raise anything
+            raise DeclarationError(f"{where}: raised {describe_error(exc)}") from None
+        found.extend((where, r) for r in results if r is not None)
+    return found
+
+
+def _hook_paths(where: str, result: Any) -> list[str]:
+    """A path-list hook's result as strings; a str is no list of paths (it would be
+    iterated character by character)."""
+    if not isinstance(result, (list, tuple)):
+        raise DeclarationError(f"{where}: returned {type(result).__name__} "
+                               f"{reprlib.repr(result)}; expected a list of paths "
+                               "(str or pathlib.Path), or None")
+    for i, value in enumerate(result):
+        if not isinstance(value, (str, os.PathLike)):
+            raise DeclarationError(f"{where}: element {i} of the returned list is "
+                                   f"{type(value).__name__} {reprlib.repr(value)}; expected "
+                                   "a path (str or pathlib.Path)")
+    return [str(p) for p in result]
 
 
 def resolve_capabilities(config: pytest.Config, device: str) -> Capabilities:
     """Merge the hooks' declarations, then the ``--capabilities`` files (later wins)."""
     declarations: list[tuple[str, Any]] = []
-    hook = config.hook.pytest_amp_conformance_capabilities
-    for result in hook(config=config, device=device):
-        if result is not None:
-            declarations.append(("hook pytest_amp_conformance_capabilities", result))
+    for where, result in hook_results(config, "pytest_amp_conformance_capabilities", device):
+        if not isinstance(result, Mapping):
+            raise DeclarationError(f"{where}: returned {type(result).__name__} "
+                                   f"{reprlib.repr(result)}; expected a dict shaped like a "
+                                   f"--capabilities file (keys {', '.join(FILE_KEYS)}), or None")
+        declarations.append((where, result))
     for path in config.getoption("amp_capabilities") or []:
         declarations.append((str(path), read_capabilities(path)))
     values: dict[str, Any] = {}
@@ -214,12 +277,7 @@ def item_ids(item: pytest.Item) -> list[str]:
 
 
 def read_xfail_file(path: str | Path) -> list[Expectation]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DeclarationError(f"{path}: no such expected-failures file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeclarationError(f"{path}: cannot read it: {exc}") from None
+    text = _read_text(path, "expected-failures file", "UTF-8 text")
     found: list[Expectation] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), 1):
@@ -241,8 +299,8 @@ def read_xfail_file(path: str | Path) -> list[Expectation]:
 
 def xfail_files(config: pytest.Config, device: str) -> list[str]:
     paths: list[str] = []
-    for result in config.hook.pytest_amp_conformance_xfail_files(config=config, device=device):
-        paths.extend(str(p) for p in (result or []))
+    for where, result in hook_results(config, "pytest_amp_conformance_xfail_files", device):
+        paths.extend(_hook_paths(where, result))
     paths.extend(str(p) for p in config.getoption("amp_xfail_files") or [])
     return paths
 
@@ -270,8 +328,12 @@ def declarations(config: pytest.Config) -> Declarations:
 
 
 def setup_backend(config: pytest.Config) -> None:
-    """Let the vendor's hook initialise its backend before the device is validated."""
-    config.hook.pytest_amp_conformance_setup(config=config, device=config.getoption("amp_device"))
+    """Let the vendor's hook initialise its backend before the device is validated; a hook
+    that raises is a usage error naming it (a backend that cannot start checks nothing)."""
+    try:
+        hook_results(config, "pytest_amp_conformance_setup", config.getoption("amp_device"))
+    except DeclarationError as exc:
+        raise _usage(exc) from None
 
 
 def _usage(exc: Exception) -> pytest.UsageError:
@@ -290,11 +352,10 @@ def apply(config: pytest.Config, settings: Settings) -> Settings:
         caps = resolve_capabilities(config, device)
         files = xfail_files(config, device)
         expectations = [e for path in files for e in read_xfail_file(path)]
+        oplists = [p for where, result in hook_results(config, "pytest_amp_conformance_oplists",
+                                                       device) for p in _hook_paths(where, result)]
     except DeclarationError as exc:
         raise _usage(exc) from None
-    oplists: list[str] = []
-    for result in config.hook.pytest_amp_conformance_oplists(config=config, device=device):
-        oplists.extend(str(p) for p in (result or []))
 
     dtypes = settings.amp_dtypes
     if caps.amp_dtypes is not None:

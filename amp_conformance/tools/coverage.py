@@ -31,6 +31,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ from torch.utils._pytree import tree_leaves
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
+from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported
@@ -355,18 +357,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not list the covered overloads and observation notes")
 
 
+def _device(name: str) -> None:
+    """Validate ``--device``; an unknown type may be a PrivateUse1 backend not imported."""
+    try:
+        devices.validate(name)
+    except devices.DeviceError as exc:
+        text = str(exc)  # devices.validate already says to pass --backend-module
+        prefix = "" if text.startswith("--device") else f"--device {name}: "
+        raise devices.DeviceError(prefix + text) from None
+
+
+def _lists(device: str, extra: Sequence[str]) -> OpList:
+    """The device's lists; an ``--oplist`` for another device is refused, not ignored."""
+    lists = oplist.load(device, extra)
+    used = set(lists.paths)
+    unused = [str(p) for p in map(Path, extra) if str(p) not in used]
+    if unused:
+        raise oplist.OpListError(unused[0], errors=[oplist.Problem(
+            p, None, None, f"describes another device than {device!r}: its [list] device is "
+                           f"{oplist.parse_file(p).device!r}") for p in unused])
+    return lists
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the coverage report; exit status 1 when an overload is missing, 2 on bad input."""
-    import importlib
-
     try:
         for module in args.backend_module:
-            importlib.import_module(module)
-        devices.validate(args.device)
+            import_backend(module)
+        _device(args.device)
         target = default_target(args.device, args.fake)
-        lists = oplist.load(args.device, args.oplist)
-    except (devices.DeviceError, oplist.OpListError, ImportError) as exc:
-        print(f"amp-conformance coverage: {exc}", file=sys.stderr)
+        lists = _lists(args.device, args.oplist)
+    except (devices.DeviceError, oplist.OpListError, BackendError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     report = compute(args.device, lists, target)
     print(format_report(report, verbose=not args.quiet))

@@ -17,7 +17,9 @@ memory addresses by ``0x…``, so "running 2.13.0" against "running 2.14.1" is n
 Differences are grouped per op (op-list items) or per device-generic check, one line each.
 
 Exit status: 0 when the reports agree, 1 when drift was found, 2 when a report cannot be
-read or is not a conformance report.
+read, is not a well-formed conformance report, or records a run that did not complete
+(``run.status`` other than ``"completed"``: its missing items are no drift; reports
+written before ``run`` existed are read as before).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import reprlib
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +77,58 @@ def _key(result: Mapping[str, Any], device: str) -> tuple[str, str, str]:
     return module, test, param
 
 
+#: the outcomes a result may have (docs/report-schema.md; "unfinished": the run stopped in it)
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "unfinished")
+#: top-level keys drift reads, and their types (each optional: older reports lack some)
+_META: dict[str, type | tuple[type, ...]] = {
+    "torch": str, "device": str, "fake": bool, "amp_dtypes": list, "numerics": str}
+#: result keys and their types; nodeid and outcome are required, the rest may be null
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "test": str, "check": str, "param": str, "amp_dtype": str, "category": str, "entry": str,
+    "op": str, "message": str, "observed": dict}
+_KIND_NAMES = {str: "a string", bool: "true or false", list: "a list", dict: "an object"}
+
+
+def _check_run(path: str | Path, run: Any) -> None:
+    """A report of a run that did not complete is no baseline: missing items would read
+    as drift, or a crashed run as "no drift". Reports without ``run`` predate it."""
+    if run is None:
+        return
+    if not isinstance(run, dict) or not isinstance(run.get("status"), str):
+        raise ReportError(f"{path}: 'run' must be an object with a 'status' string")
+    if run["status"] != "completed":
+        how = [f"run.status {run['status']!r}"]
+        if isinstance(run.get("interrupted_by"), str):
+            how.append(f"interrupted by {run['interrupted_by']}")
+        if isinstance(run.get("finished"), int) and isinstance(run.get("collected"), int):
+            how.append(f"{run['finished']} of {run['collected']} items finished")
+        raise ReportError(f"{path}: the run did not complete ({', '.join(how)}); its missing "
+                          "items are no drift and its outcomes no verdict: compare reports of "
+                          "completed runs only")
+
+
+def _check_result(path: str | Path, index: int, result: Mapping[str, Any]) -> None:
+    """Every key drift reads has the schema's type, so a malformed report is named here
+    rather than failing mid-comparison (exit status 1 would read as "drift found")."""
+    where = f"{path}: results[{index}]"
+    for key in ("nodeid", "outcome"):
+        if not isinstance(result.get(key), str):
+            problem = "missing" if key not in result else f"{type(result[key]).__name__}, not a string"
+            raise ReportError(f"{where}: key {key!r} {problem}")
+    if result["outcome"] not in OUTCOMES:
+        raise ReportError(f"{where}: outcome {result['outcome']!r} is none of {', '.join(OUTCOMES)}")
+    for key, kind in _FIELDS.items():
+        value = result.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise ReportError(f"{where}: {key!r} must be {_KIND_NAMES[kind]} or null, got "
+                              f"{type(value).__name__}")
+    for variant, seen in (result.get("observed") or {}).items():
+        if not (isinstance(seen, str) or isinstance(seen, list)
+                and all(isinstance(d, str) for d in seen)):
+            raise ReportError(f"{where}: observed[{variant!r}] must be a list of dtype names "
+                              f"or an \"error: ...\" string, got {reprlib.repr(seen)}")
+
+
 def load(path: str | Path) -> Report:
     """Read and check one report; raises ReportError naming the file and the problem."""
     try:
@@ -85,12 +140,18 @@ def load(path: str | Path) -> Report:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ReportError(f"{path}: not a conformance report (schema {found!r}, expected {SCHEMA!r})")
+    _check_run(path, data.get("run"))
     results = data.get("results")
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
         raise ReportError(f"{path}: 'results' must be a list of objects")
+    for key, kind in _META.items():
+        if key in data and not isinstance(data[key], kind):
+            raise ReportError(f"{path}: {key!r} must be {_KIND_NAMES[kind]}, got "
+                              f"{type(data[key]).__name__}")
     device = str(data.get("device") or "")
     keyed: dict[tuple[str, str, str], Mapping[str, Any]] = {}
-    for result in results:
+    for index, result in enumerate(results):
+        _check_result(path, index, result)
         key = _key(result, device)
         if key in keyed:
             raise ReportError(f"{path}: two results for {result.get('nodeid')!r}")
@@ -367,7 +428,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text (default), markdown (for a CI step summary) or json")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="one line per item, instead of one per op and distinct change")
-    parser.epilog = "exit status: 0 no drift, 1 drift found, 2 unreadable report"
+    parser.epilog = ("exit status: 0 no drift, 1 drift found, 2 unreadable or malformed report, "
+                     "or a run that did not complete")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -375,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         a, b = load(args.report_a), load(args.report_b)
     except ReportError as exc:
-        print(f"amp-conformance drift: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     drift = compare(a, b)
     print(FORMATS[args.format](drift, verbose=args.verbose),

@@ -28,6 +28,7 @@ from amp_conformance.plugin.report.journal import (
     build_report,
     journal_path,
 )
+from amp_conformance.plugin.report.paths import validate_report_path
 from amp_conformance.plugin.report.render import render_html, render_markdown
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import check_of, declarations
@@ -51,16 +52,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     path = _requested(config)
     if not path or config.option.help or config.option.version:
         return None
-    target = Path(path)
-    if target.suffix != ".json":
-        raise pytest.UsageError(
-            f"amp-conformance: --conformance-report {path}: expected a path ending in .json "
-            "(the HTML and Markdown files are written beside it)")
-    if target.is_dir():
-        raise pytest.UsageError(f"amp-conformance: --conformance-report {path} is a directory")
-    if target.parent.exists() and not target.parent.is_dir():
-        raise pytest.UsageError(
-            f"amp-conformance: --conformance-report {path}: {target.parent} is not a directory")
+    validate_report_path(Path(path))  # before the run: an unwritable path fails it at once
     return None
 
 

@@ -83,15 +83,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # -- selection -----------------------------------------------------------------------
 
 
+class SelectionError(ValueError):
+    """A selection of mutants that names none of the catalogue's (a usage error, exit 2)."""
+
+
 def select_mutants(device: str | None, fake: bool, only: Sequence[str] = (),
                    every_tier: bool = False) -> list[Mutant]:
     """The campaign's mutants: ``only`` by name (any tier), else the cpu and fake tiers
-    (``every_tier``), else one tier of the catalogue."""
+    (``every_tier``), else one tier of the catalogue. Raises SelectionError for a name
+    ``only`` gives that the catalogue lacks."""
     if only:
-        unknown = [n for n in only if n not in CATALOGUE]
+        unknown = list(dict.fromkeys(n for n in only if n not in CATALOGUE))
         if unknown:
-            raise SystemExit(f"selftest: unknown mutant(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(CATALOGUE)}")
+            raise SelectionError(
+                f"--only {' '.join(unknown)}: no such mutant{'s' if len(unknown) > 1 else ''} "
+                "in the catalogue; list them with python -m amp_conformance selftest --list --all")
         return [CATALOGUE[n] for n in dict.fromkeys(only)]
     if every_tier:
         return [m for m in CATALOGUE.values() if m.fake or m.device == "cpu"]
@@ -241,11 +247,21 @@ def _run_baselines(groups: dict[tuple[str, ...], list[Mutant]], args: argparse.N
         return list(pool.map(one, groups.items()))
 
 
-def run(args: argparse.Namespace) -> int:
+def _selected(args: argparse.Namespace) -> list[Mutant]:
+    """The mutants the options select; SelectionError when they select none."""
     mutants = select_mutants(args.device, args.fake, args.only, args.all)
     if not mutants:
         tier = f"{args.device or 'any device'}{' (fake)' if args.fake else ''}"
-        print(f"selftest: no mutant in the catalogue for {tier}")
+        raise SelectionError(f"no mutant in the catalogue for {tier}; list them with "
+                             "python -m amp_conformance selftest --list --all")
+    return mutants
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        mutants = _selected(args)
+    except SelectionError as exc:  # a usage error, not a survivor: exit 2, not 1
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.list:
         width = max(len(m.name) for m in mutants)
