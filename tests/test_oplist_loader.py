@@ -49,8 +49,9 @@ def test_cpu_list_ports_every_upstream_entry():
         (GOOD + 'flavour = "x"\n', "mm", "flavour", "unknown field"),
         (GOOD + 'expect = "float99"\n', "mm", "expect", "unknown dtype"),
         (GOOD + 'since = "two"\n', "mm", "since", "version"),
-        (GOOD + 'skip = [{amp_dtype = "float16"}]\n', "mm", "skip[0].reason", "reason"),
-        (GOOD + 'skip = [{weather = "rain", reason = "r"}]\n', "mm", "skip[0].weather", "condition"),
+        (GOOD + 'skip = [{amp_dtype = "float16", check = "all"}]\n', "mm", "skip[0].reason", "reason"),
+        (GOOD + 'skip = [{weather = "rain", reason = "r"}]\n', "mm", "skip[0].weather",
+         "unknown skip key"),
         (GOOD.replace('id = "mm"', 'id = "m m"'), "#0", "id", "id"),
         (GOOD.replace('op = "mm"\n', ""), "mm", "op", "missing"),
         (GOOD.replace('category = "torch_16"', 'category = "banned"'), "mm", "error", "error"),
@@ -109,3 +110,154 @@ def test_unknown_op_outside_version_bounds_is_accepted(tmp_path):
     path = write(tmp_path, body + 'since = "99.0"\n')
     _, entries = oplist.read_file(path)
     assert entries[0].version_gap().startswith("not applicable")
+
+
+# -- every bad input is rejected, naming file, entry, field and what is allowed ---------
+
+REJECTED = [
+    # (entry fields appended to GOOD, field named, words of the message)
+    ("amp_dtypes = []", "amp_dtypes", "non-empty array of 'float16' / 'bfloat16'"),
+    ('amp_dtypes = ["float16", "float32"]', "amp_dtypes[1]", "allowed: float16, bfloat16"),
+    ('skip = [{check = "polciy", reason = "r"}]', "skip[0].check",
+     "unknown check 'polciy'; allowed: \"all\", or one or an array of the per-entry checks "
+     "policy, numerics, outside, legacy"),
+    ('skip = [{check = ["outside", "legasy"], reason = "r"}]', "skip[0].check",
+     "unknown check 'legasy'"),
+    ('skip = [{check = [], reason = "r"}]', "skip[0].check", "names no check"),
+    ('skip = [{fake = true, reason = "r"}]', "skip[0].check",
+     'missing (required): name the check(s) this skip switches off: check = "<check>"'),
+    ('skip = [{check = "all", reason = "r"}]', "skip[0]", "would switch the entry off everywhere"),
+    ('skip = [{check = "all", amp_dtype = "float99", reason = "r"}]', "skip[0].amp_dtype",
+     "unknown value 'float99'; allowed: float16, bfloat16"),
+    ('skip = [{check = "all", numerics = "loose", reason = "r"}]', "skip[0].numerics",
+     "unknown value 'loose'; allowed: bitwise, close"),
+    ('skip = [{check = "all", fake = "yes", reason = "r"}]', "skip[0].fake", "expected true or false"),
+    ('skip = [{check = "all", hip = 1, reason = "r"}]', "skip[0].hip", "expected true or false"),
+    ('skip = ["numerics"]', "skip[0]", "expected a table"),
+    ('since = "2.6"\nuntil = "2.6"', "until", "until '2.6' must be later than since '2.6'"),
+    ('since = "2.10"\nuntil = "2.9"', "until", "must be later than since '2.10'"),
+    ("tolerance = {rtol = inf, atol = 0.0}", "tolerance.rtol", "expected a finite number >= 0, got inf"),
+    ("tolerance = {rtol = 0.0, atol = nan}", "tolerance.atol", "finite number >= 0, got nan"),
+    ("tolerance = {rtol = -1e-3, atol = 0.0}", "tolerance.rtol", ">= 0, got -0.001"),
+    ("tolerance = {rtol = true, atol = 0.0}", "tolerance.rtol", "finite number"),
+    ("tolerance = {rtol = 0.1}", "tolerance", "expected {rtol = <number>, atol = <number>}"),
+]
+
+
+@pytest.mark.parametrize("extra, field, words", REJECTED, ids=[r[1] + "-" + r[0][:24] for r in REJECTED])
+def test_bad_input_is_rejected_naming_the_field(tmp_path, extra, field, words):
+    path = write(tmp_path, GOOD + extra + "\n")
+    with pytest.raises(OpListError) as info:
+        oplist.read_file(path)
+    line = str(info.value)
+    assert line.startswith(f"{path}: entry 'mm': field {field!r}: "), line
+    assert words in line, line
+    assert (info.value.path, info.value.entry, info.value.field) == (str(path), "mm", field)
+    assert len(info.value.errors) == 1
+
+
+def test_a_tensor_too_large_is_rejected_and_the_bound_is_configurable(tmp_path, monkeypatch):
+    body = GOOD.replace("{shape = [2, 2]},", "{tuple = [{shape = [2048, 1024]}]},")
+    path = write(tmp_path, body)
+    with pytest.raises(OpListError) as info:
+        oplist.read_file(path)
+    assert info.value.field == "args[0].tuple[0].shape"
+    assert "2097152 elements is more than the 1048576 allowed per tensor (raise it with " \
+           "AMP_CONFORMANCE_MAX_ELEMENTS)" in str(info.value)
+    monkeypatch.setenv("AMP_CONFORMANCE_MAX_ELEMENTS", str(2**21))
+    oplist.read_file(path)
+    monkeypatch.setenv("AMP_CONFORMANCE_MAX_ELEMENTS", "3")
+    with pytest.raises(OpListError, match=r"field 'args\[0\]\.tuple\[0\]\.shape': .* the 3 allowed"):
+        oplist.read_file(path)
+    monkeypatch.setenv("AMP_CONFORMANCE_MAX_ELEMENTS", "lots")
+    with pytest.raises(OpListError) as info:
+        oplist.read_file(path)
+    assert str(info.value) == (f"{path}: environment variable AMP_CONFORMANCE_MAX_ELEMENTS must be "
+                               "a positive integer, got 'lots'")
+
+
+def test_a_file_that_cannot_be_read_names_the_file(tmp_path):
+    folder = tmp_path / "lists.toml"
+    folder.mkdir()
+    with pytest.raises(OpListError, match=f"^{folder}: is a directory, not an op-list file$"):
+        oplist.read_file(folder)
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes((HEADER + GOOD + 'note = "caf\xe9"\n').encode("latin-1"))
+    with pytest.raises(OpListError) as info:
+        oplist.read_file(latin1)
+    assert str(info.value).startswith(f"{latin1}: not UTF-8 text (")
+    assert info.value.path == str(latin1) and info.value.entry is None
+
+
+def test_every_problem_of_a_file_comes_in_one_error(tmp_path):
+    body = "\n".join([
+        GOOD + "amp_dtypes = []",
+        GOOD.replace('"mm"', '"mm2"', 1) + 'tolerance = {rtol = inf, atol = 0.0}\nflavour = 1',
+        GOOD.replace('"mm"', '"mm3"', 1) + 'skip = [{check = "polciy", reason = "r"}]',
+        '[[exclude]]\noverload = "aten::mm"\nreason = "r"\nsince = "2.9"\nuntil = "2.8"',
+    ])
+    path = write(tmp_path, body + "\n")
+    with pytest.raises(OpListError) as info:
+        oplist.read_file(path)
+    where = [(p.entry, p.field) for p in info.value.errors]
+    assert where == [("mm", "amp_dtypes"), ("mm2", "flavour"), ("mm2", "tolerance.rtol"),
+                     ("mm3", "skip[0].check"), ("aten::mm", "until")]
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{path}: 5 problems:"
+    assert all(line.startswith(f"  {path}: ") for line in lines[1:]), lines
+    assert (info.value.entry, info.value.field) == ("mm", "amp_dtypes")
+
+
+def test_merge_problems_come_together(tmp_path):
+    body = GOOD + "\n" + GOOD.replace('"mm"', '"nobody"', 1) + "override = true\n"
+    path = write(tmp_path, body)
+    with pytest.raises(OpListError) as info:
+        oplist.load("cpu", [path])
+    assert [(p.entry, p.field) for p in info.value.errors] == [("mm", "id"), ("nobody", "override")]
+
+
+def test_override_is_an_entry_field(tmp_path):
+    path = write(tmp_path, GOOD + "override = true\n")
+    (entry,) = oplist.read_file(path)[1]
+    assert entry.override is True
+    assert not any(e.override for e in oplist.load("cpu").entries)
+
+
+def test_a_skip_concerns_the_checks_it_names_only(tmp_path):
+    import torch
+
+    skips = [
+        '{fake = true, check = "outside", reason = "outside only"}',
+        '{amp_dtype = "float16", check = ["policy", "legacy"], reason = "two"}',
+        '{numerics = "close", check = "all", reason = "every check"}',
+    ]
+    path = write(tmp_path, GOOD + f"skip = [{', '.join(skips)}]\n")
+    one, two, every = oplist.read_file(path)[1][0].skips
+    assert one.checks == ("outside",) and two.checks == ("policy", "legacy") and every.checks is None
+    bf16, fp16 = torch.bfloat16, torch.float16
+    assert one.applies(bf16, "bitwise", True, "outside")
+    assert not one.applies(bf16, "bitwise", True, "policy")
+    assert not one.applies(bf16, "bitwise", False, "outside")
+    assert two.applies(fp16, "bitwise", False, "legacy")
+    assert not two.applies(fp16, "bitwise", False, "numerics")
+    assert every.applies(bf16, "close", False, "numerics") and every.applies(bf16, "close", False, None)
+    assert not one.applies(bf16, "bitwise", True, None)
+
+
+def test_every_shipped_skip_names_its_check():
+    for device in oplist.builtin_devices():
+        for entry in oplist.load(device).entries:
+            for skip in entry.skips:
+                assert skip.checks is None or skip.checks, (device, entry.id)
+
+
+def test_a_malformed_extra_list_fails_the_run_listing_every_problem(pytester, tmp_path):
+    body = GOOD.replace('"mm"', '"vendor-mm"', 1) + "amp_dtypes = []\n" + \
+        'skip = [{check = "polciy", reason = "r"}]\n'
+    path = write(tmp_path, body)
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_oplist", "--oplist", str(path))
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert f"amp-conformance: bad op list: {path}: 2 problems:\n" in err, err
+    assert f"\n  {path}: entry 'vendor-mm': field 'amp_dtypes': expected a non-empty array" in err
+    assert f"\n  {path}: entry 'vendor-mm': field 'skip[0].check': unknown check 'polciy'" in err

@@ -42,7 +42,7 @@ class Case:
             return f"not applicable: entry {entry.id} is listed for {', '.join(entry.amp_dtypes)} only"
         for skip in entry.skips:
             if skip.applies(self.amp_dtype, self.numerics, self.target.fake, check):
-                return skip.reason
+                return skip.describe(self.amp_dtype)
         return None
 
     def build_inputs(self) -> tuple[tuple, dict]:

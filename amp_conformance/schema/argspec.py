@@ -8,12 +8,18 @@ A spec is a plain TOML value (a literal argument) or a table whose keys say what
 * ``{tuple = [...]}`` / ``{list = [...]}`` a sequence of specs;
 * ``{torch_dtype = "float64"}`` a ``torch.dtype`` value; ``{none = true}`` ``None``.
 
+A tensor has at most :func:`max_elements` elements (2**20 unless the environment variable
+``AMP_CONFORMANCE_MAX_ELEMENTS`` says otherwise), so a typo in a shape is an error of the
+list, not an out-of-memory kill of the run.
+
 Building and rendering walk the specs in the same order with the same seeded
 generator, so the reproduction printed on failure rebuilds the very same inputs.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -28,6 +34,24 @@ DTYPES: dict[str, torch.dtype] = {
 }
 FILLS = ("randn", "uniform", "randint", "ones", "zeros", "arange")
 AMP = "amp"
+#: The most elements a tensor spec may have, unless MAX_ELEMENTS_ENV says otherwise.
+MAX_ELEMENTS = 2**20
+MAX_ELEMENTS_ENV = "AMP_CONFORMANCE_MAX_ELEMENTS"
+
+
+def max_elements() -> int:
+    """The bound on the elements of one tensor spec (raises ValueError on a bad override)."""
+    raw = os.environ.get(MAX_ELEMENTS_ENV, "").strip()
+    if not raw:
+        return MAX_ELEMENTS
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ValueError(f"environment variable {MAX_ELEMENTS_ENV} must be a positive integer, "
+                         f"got {raw!r}")
+    return limit
 
 
 class SpecError(ValueError):
@@ -89,7 +113,7 @@ def _number(value: Any, field: str) -> float:
     return value
 
 
-def _parse_tensor(table: dict, field: str) -> TensorSpec:
+def _parse_tensor(table: dict, field: str, limit: int) -> TensorSpec:
     unknown = set(table) - _TENSOR_KEYS
     if unknown:
         raise SpecError(
@@ -105,6 +129,9 @@ def _parse_tensor(table: dict, field: str) -> TensorSpec:
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
             raise SpecError(f"{field}.shape", f"expected a list of non-negative ints, got {shape!r}")
+        if math.prod(shape) > limit:
+            raise SpecError(f"{field}.shape", f"{math.prod(shape)} elements is more than the "
+                            f"{limit} allowed per tensor (raise it with {MAX_ELEMENTS_ENV})")
     if values is not None and not isinstance(values, (list, int, float)):
         raise SpecError(f"{field}.values", f"expected a number or nested list, got {values!r}")
     dtype = _dtype_name(table.get("dtype", "float32"), f"{field}.dtype", allow_amp=True)
@@ -140,18 +167,22 @@ def _parse_tensor(table: dict, field: str) -> TensorSpec:
     )
 
 
-def parse(value: Any, field: str) -> Spec:
-    """Parse one TOML value into a spec; raises SpecError naming the field."""
+def parse(value: Any, field: str, limit: int | None = None) -> Spec:
+    """Parse one TOML value into a spec; raises SpecError naming the field. ``limit`` bounds
+    the elements of a tensor (default :func:`max_elements`)."""
+    if limit is None:
+        limit = max_elements()
     if isinstance(value, dict):
         if "shape" in value or "values" in value:
-            return _parse_tensor(value, field)
+            return _parse_tensor(value, field, limit)
         keys = set(value)
         if keys in ({"tuple"}, {"list"}):
             (kind,) = keys
             items = value[kind]
             if not isinstance(items, list):
                 raise SpecError(f"{field}.{kind}", "expected an array of specs")
-            return SeqSpec(kind, tuple(parse(v, f"{field}.{kind}[{i}]") for i, v in enumerate(items)))
+            return SeqSpec(kind, tuple(parse(v, f"{field}.{kind}[{i}]", limit)
+                                      for i, v in enumerate(items)))
         if keys == {"torch_dtype"}:
             return DtypeValue(_dtype_name(value["torch_dtype"], f"{field}.torch_dtype", True))
         if keys == {"none"} and value["none"] is True:

@@ -1,0 +1,133 @@
+"""``python -m amp_conformance discover --device DEV --out DEV.toml``: what a device's
+autocast does to each op of a reference device's lists, written as an op list of its own.
+
+A vendor starts from what its device *does*, and sees where that departs from the
+reference policy (CUDA's by default). For every entry of the reference lists (the same
+op, arguments and namespace) and every autocast dtype, the op is called on the device:
+
+* inside autocast and outside it, on the entry's own inputs and on two variants of them
+  — every eligible tensor (floating, not float64, on the device) in float32, and every
+  eligible tensor in the autocast dtype;
+* the observed policy is ``lower`` (float32 inputs come out in the autocast dtype),
+  ``fp32`` (autocast-dtype inputs come out in float32), ``promote`` (mixed inputs come out
+  in the widest type, where the call outside autocast does not), ``unchanged`` (autocast
+  changes no output dtype) or ``error`` (the call raises inside autocast only; an op that
+  raises outside autocast too is not run on the device and is listed as such).
+
+The op list written (valid for the loader, ``[list] device = DEV``) keeps each reference
+entry's id and arguments with the category of the observed policy, so
+``pytest --device DEV --oplist DEV.toml`` passes on the device it was discovered on; it
+is a first draft to review, not a specification. The diff against the reference is
+printed (and written with ``--diff PATH.md``). Exit status: 0, or 2 on bad input.
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from amp_conformance.checks.case import Case
+from amp_conformance.core import devices
+from amp_conformance.core.backend import BackendError, import_backend
+from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.schema import oplist
+from amp_conformance.tools.discover.observe import (  # noqa: F401 - the module's public names
+    LIST_POLICY,
+    REFERENCE_POLICY,
+    Observation,
+    Row,
+    classify,
+    matches,
+    observe,
+)
+from amp_conformance.tools.discover.write import (  # noqa: F401
+    category_for,
+    entry_table,
+    merge_expect,
+    raw_entry,
+    render_diff,
+    render_list,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", required=True, metavar="TYPE",
+                        help="device type whose autocast is observed")
+    parser.add_argument("--out", required=True, metavar="PATH.toml",
+                        help="op-list file to write (for --oplist)")
+    parser.add_argument("--reference", default="cuda", metavar="TYPE",
+                        help="device whose op lists are run and compared with (default: cuda)")
+    parser.add_argument("--fake", action="store_true",
+                        help="observe the device's policy through FakeTensorMode (no hardware)")
+    parser.add_argument("--amp-dtype", action="append", default=None, metavar="DTYPE",
+                        help="autocast dtype to observe; repeatable; default: all the device supports")
+    parser.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
+                        help="module imported first to register a backend; repeatable")
+    parser.add_argument("--diff", metavar="PATH.md", help="also write the diff (Markdown) here")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
+
+
+def discover(device: str, reference: str, target: Target,
+             dtypes: list[torch.dtype]) -> list[Row]:
+    # FakeTensorMode logs every meta kernel that raises; here raising is an observation
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+    lists = oplist.load(reference)
+    if not lists.entries:
+        raise oplist.OpListError(reference, None, None, f"no op list describes {reference!r}")
+    rows = []
+    for entry in lists.entries:
+        if entry.version_gap() is not None:
+            continue
+        row = Row(entry, REFERENCE_POLICY[entry.policy])
+        for dtype in dtypes:
+            name = devices.dtype_name(dtype)
+            if Case(target, dtype, entry).skip_reason("policy"):
+                continue  # amp_dtypes, or a skip the entry records for this dtype
+            row.observed[name] = observe(entry, target, dtype)
+        if row.observed:
+            rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        for module in args.backend_module:
+            import_backend(module)
+        devices.validate(args.device)
+        if args.fake and not fake_supported(args.device):
+            raise devices.DeviceError(
+                f"--fake needs Autocast kernels for {args.device!r} registered in this torch")
+        if not args.fake and not devices.is_available(args.device):
+            raise devices.DeviceError(f"device {args.device!r} is not available here; add --fake "
+                                      "to observe its registered policy without it")
+        supported = devices.supported_amp_dtypes(args.device, args.fake)
+        dtypes = ([devices.parse_dtype(n) for n in args.amp_dtype] if args.amp_dtype else supported)
+        refused = [d for d in dtypes if d not in supported]
+        if refused:
+            raise devices.DeviceError(f"{args.device} autocast does not support "
+                                      f"{', '.join(map(str, refused))}")
+        rows = discover(args.device, args.reference, Target(args.device, args.fake), dtypes)
+    except (devices.DeviceError, oplist.OpListError, BackendError) as exc:
+        print(f"amp-conformance discover: {exc}", file=sys.stderr)
+        return 2
+    text = render_list(args.device, args.reference, rows, dtypes, args.fake, supported)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    oplist.parse_file(out)  # what was written must load
+    diff = render_diff(args.device, args.reference, rows, dtypes)
+    if args.diff:
+        Path(args.diff).write_text(diff, encoding="utf-8")
+    counts = Counter(r.status for r in rows)
+    if not args.quiet:
+        print(diff)
+    print(f"discover: {len(rows)} entries of the {args.reference} lists on {args.device}: "
+          f"{counts.get('same', 0)} same, {counts.get('differs', 0)} differ, "
+          f"{counts.get('not run', 0)} not run; wrote {out}")
+    return 0
