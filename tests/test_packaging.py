@@ -35,5 +35,15 @@ def test_wheel_ships_suite_oplists_and_entry_point(wheel):
     assert "[pytest11]" in text and "amp_conformance = amp_conformance.plugin" in text
 
 
+def test_wheel_ships_every_module_of_the_package(wheel):
+    """pyproject.toml lists the packages by hand: a new sub-package missing from the list
+    would install without its modules (an ImportError only a wheel install shows)."""
+    names = set(wheel.namelist())
+    package = ROOT / "amp_conformance"
+    modules = {f"amp_conformance/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert sorted(modules - names) == []
+
+
 def test_wheel_ships_no_project_tests(wheel):
     assert not [n for n in wheel.namelist() if n.startswith("tests/")]

@@ -129,3 +129,36 @@ register(Check("properties", "Hypothesis properties: the region stack machine an
                "eligibility of each cast policy"))
 register(Check("coverage", "every overload of the device's autocast policy is covered by an "
                "entry or excluded with a reason"))
+# -- autocast in training, device-generic (issue #12 part A; checks/training) ----------
+register(Check("checkpoint", "torch.utils.checkpoint recomputes in the forward's autocast "
+               "state and matches the un-checkpointed outputs and gradients"))
+register(Check("threads", "autocast state is per thread, the cast cache is cleared for every "
+               "thread, backward threads see the caller's autocast state"))
+register(Check("cache_interactions", "the cast cache with inference_mode, no_grad/grad "
+               "passes, retain_graph and many no_grad iterations"))
+register(Check("rnn_modules", "LSTM/GRU/RNN modules under autocast: output dtypes, float32 "
+               "grads of float32 parameters"))
+register(Check("api_surface", "legacy and device-module autocast getters, setters and "
+               "decorators agree with torch.autocast's state"))
+register(Check("gradscaler", "GradScaler: the unscale and update-scale kernels against plain "
+               "ops and a model, the scaler's contract, scaled training against a control"))
+register(Check("gradscaler_fused", "GradScaler with fused=True SGD/Adam/AdamW: scaled training "
+               "against a control, an inf skips its step", needs_values=True,
+               capability="fused_optimizers"))
+register(Check("gradscaler_sparse", "GradScaler with sparse gradients, including uncoalesced "
+               "float16 ones whose sum overflows", needs_values=True, capability="sparse_grads"))
+# -- torch.compile and torch.export under autocast (issue #14; checks/compile) ----------
+
+
+def _compiled_policy(case: Any) -> str | None:
+    from amp_conformance.checks.compile.per_entry import not_applicable  # no import cycle
+
+    return not_applicable(case)
+
+
+register(Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
+               "nested, decorator, legacy, graph break, exception, ambient changes) and kept "
+               "by torch.export give eager's dtypes, values and state", capability="compile"))
+register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's policy check "
+               "compiled agrees with eager in dtype and value", per_entry=True,
+               capability="compile", not_applicable=_compiled_policy))

@@ -1,0 +1,1 @@
+"""GradScaler tier."""

@@ -1,0 +1,163 @@
+"""GradScaler: float16 autocast is unusable without gradient scaling, so a device with
+autocast must implement ``_amp_foreach_non_finite_check_and_unscale_`` and
+``_amp_update_scale_`` and make ``torch.amp.GradScaler(device)`` work.
+
+Kernels are checked against plain tensor ops and a pure-Python model; the scaler's
+methods against their contract; scaled training against an unscaled control. With
+``--fake`` only the kernels' in-place shape and dtype semantics are checked; everything
+else needs values (and GradScaler turns itself off without the device).
+Logic: :mod:`amp_conformance.checks.gradscaler`.
+"""
+
+import math
+
+import pytest
+
+from amp_conformance.checks.gradscaler import cases, kernels, scaler, sparse, training
+from amp_conformance.checks.gradscaler.update_property import check_update_property
+from amp_conformance.properties import profiles
+
+pytestmark = pytest.mark.amp_check("gradscaler")
+
+_NO_SCALER = "GradScaler turns itself off without the device, and fake tensors carry no values"
+
+
+def _needs_values(target, what: str) -> None:
+    if target.fake:
+        pytest.skip(f"not applicable in --fake mode: {what}")
+
+
+# -- the kernels ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", cases.UNSCALE_CASES, ids=cases.ids(cases.UNSCALE_CASES))
+def test_gradscaler_unscale_kernel(amp_settings, amp_target, amp_device, case):
+    """found_inf and the unscaled gradients equal the reference computed with plain ops."""
+    _needs_values(amp_target, "unscaled values and found_inf need real tensors")
+    kernels.check_unscale(amp_target, case, amp_settings.numerics)
+
+
+@pytest.mark.parametrize("case", cases.UNSCALE_CASES, ids=cases.ids(cases.UNSCALE_CASES))
+def test_gradscaler_unscale_kernel_meta(amp_target, amp_device, case):
+    """In place: every gradient keeps its dtype, shape and strides (also on fake tensors)."""
+    kernels.check_unscale_meta(amp_target, case)
+
+
+@pytest.mark.parametrize("case", cases.UPDATE_CASES, ids=cases.ids(cases.UPDATE_CASES))
+def test_gradscaler_update_kernel(amp_settings, amp_target, amp_device, case):
+    """Growth, back-off, growth_interval and the tracker over a sequence of steps."""
+    _needs_values(amp_target, "the scale and growth tracker need real tensors")
+    kernels.run_update_sequence(amp_device, case, amp_settings.numerics)
+
+
+@pytest.mark.parametrize("case", cases.UPDATE_CASES, ids=cases.ids(cases.UPDATE_CASES))
+def test_gradscaler_update_kernel_meta(amp_target, amp_device, case):
+    kernels.check_update_meta(amp_target, case)
+
+
+def test_gradscaler_update_kernel_property(amp_settings, amp_target, amp_device):
+    """Random finite/non-finite sequences and factors against the pure-Python model."""
+    _needs_values(amp_target, "the scale and growth tracker need real tensors")
+    check_update_property(amp_device, amp_settings.numerics, profiles.selected())
+
+
+# -- the scaler's contract ----------------------------------------------------------------------
+
+
+def test_gradscaler_scale_outputs(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_scale_outputs(amp_device)
+
+
+def test_gradscaler_lazy_init(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_lazy_init(amp_device)
+
+
+def test_gradscaler_unscale_once(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_unscale_once(amp_device)
+
+
+@pytest.mark.parametrize("plant", [None, math.inf, -math.inf, math.nan],
+                         ids=["finite", "inf", "neg_inf", "nan"])
+def test_gradscaler_step(amp_target, amp_device, plant):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_step(amp_device, plant)
+
+
+def test_gradscaler_refuses_fp16_grads(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_refuses_fp16_grads(amp_device)
+
+
+def test_gradscaler_update(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_update_follows_model(amp_device)
+
+
+def test_gradscaler_update_new_scale(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_update_new_scale(amp_device)
+
+
+def test_gradscaler_disabled(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_disabled(amp_device)
+
+
+@pytest.mark.parametrize("initialised", [False, True], ids=["lazy", "initialised"])
+def test_gradscaler_state_dict(amp_target, amp_device, initialised):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_state_dict(amp_device, initialised)
+
+
+@pytest.mark.parametrize("initialised", [False, True], ids=["lazy", "initialised"])
+def test_gradscaler_pickle(amp_target, amp_device, initialised):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_pickle(amp_device, initialised)
+
+
+@pytest.mark.parametrize("how", ["state_dict", "pickle"])
+def test_gradscaler_resume(amp_target, amp_device, how):
+    _needs_values(amp_target, _NO_SCALER)
+    scaler.check_resume(amp_device, how)
+
+
+@pytest.mark.parametrize("workflow", cases.WORKFLOWS)
+def test_gradscaler_workflow(amp_target, amp_device, workflow):
+    """Clipping, clipping after unscale_, gradient penalty, accumulation, several models
+    and optimizers: scaled equals unscaled."""
+    _needs_values(amp_target, _NO_SCALER)
+    training.check_workflow(amp_device, workflow)
+
+
+# -- scaled training against the control ------------------------------------------------------
+
+
+@pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
+def test_gradscaler_training(amp_target, amp_dtype, optimizer):
+    """foreach SGD/Adam/AdamW: scaled equals the unscaled control; an inf skips its step."""
+    _needs_values(amp_target, _NO_SCALER)
+    training.check_training(amp_target, amp_dtype, optimizer, "foreach")
+
+
+@pytest.mark.amp_check("gradscaler_fused")
+@pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
+def test_gradscaler_training_fused(amp_target, amp_dtype, optimizer):
+    """fused=True optimizers take the scaler's grad_scale/found_inf path instead."""
+    training.check_training(amp_target, amp_dtype, optimizer, "fused")
+
+
+# -- sparse gradients ---------------------------------------------------------------------------
+
+
+@pytest.mark.amp_check("gradscaler_sparse")
+@pytest.mark.parametrize("case", cases.SPARSE_CASES, ids=cases.ids(cases.SPARSE_CASES))
+def test_gradscaler_sparse(amp_device, case):
+    sparse.check_sparse(amp_device, case)
+
+
+@pytest.mark.amp_check("gradscaler_sparse")
+def test_gradscaler_sparse_embedding(amp_target, amp_dtype):
+    sparse.check_sparse_embedding(amp_target, amp_dtype)
