@@ -1,0 +1,41 @@
+"""The cast cache against grad modes: inference_mode, no_grad/grad passes, retain_graph, leaks.
+
+Where a check meets PyTorch's own cast-cache bug pytorch#158232 (casts cached under no_grad
+came back without autograd history; fixed by pytorch#165068, later than some supported
+releases, fixed on 2.13), an older torch fails it: that is the bug, not the suite."""
+
+import pytest
+
+from amp_conformance.checks.training import cache, fake_autograd_reason
+from amp_conformance.core.state import unchanged_autocast_state
+
+pytestmark = pytest.mark.amp_check("cache_interactions")
+
+
+@pytest.fixture
+def real_target(amp_target):
+    reason = fake_autograd_reason(amp_target)
+    if reason:
+        pytest.skip(reason)
+    with unchanged_autocast_state(amp_target.device, "the check"):
+        yield amp_target
+
+
+def test_inference_mode_interaction(real_target, amp_dtype):
+    """inference_mode inside a region, a grad pass after it; a region inside inference_mode."""
+    cache.check_inference_mode(real_target, amp_dtype)
+
+
+def test_mixed_grad_contexts(real_target, amp_dtype, amp_settings):
+    """Alternating no_grad and grad passes in one region (pytorch#158232)."""
+    cache.check_mixed_grad_contexts(real_target, amp_dtype, amp_settings.numerics)
+
+
+def test_retain_graph_passes(real_target, amp_dtype, amp_settings):
+    """Repeated passes backpropagated with retain_graph=True in one region."""
+    cache.check_retain_graph(real_target, amp_dtype, amp_settings.numerics)
+
+
+def test_no_grad_iterations_do_not_leak(real_target, amp_dtype):
+    """50 no_grad passes keep at most one cast of a parameter alive (pytorch#48049)."""
+    cache.check_no_grad_leak(real_target, amp_dtype)
