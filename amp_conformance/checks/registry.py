@@ -76,6 +76,21 @@ def names(per_entry: bool | None = None) -> tuple[str, ...]:
     return tuple(c.name for c in REGISTRY.values() if per_entry is None or c.per_entry == per_entry)
 
 
+BEGIN = "<!-- checks: generated from amp_conformance/checks/registry.py -->"
+END = "<!-- end of generated checks -->"
+
+
+def markdown() -> str:
+    """The table of registered checks, as README shows it (checked by tests/test_readme.py)."""
+    rows = ["| check | items | needs values | capability | what it checks |",
+            "| --- | --- | --- | --- | --- |"]
+    for c in REGISTRY.values():
+        items = "per op-list entry" if c.per_entry else "per device / amp dtype"
+        rows.append(f"| `{c.name}` | {items} | {'yes' if c.needs_values else 'no'} | "
+                    f"{c.capability or '—'} | {c.doc} |")
+    return "\n".join(rows) + "\n"
+
+
 # -- the not-applicable rules of the per-entry checks ---------------------------------
 
 _FAKE_NO_VALUES = "not applicable in --fake mode: fake tensors carry no values to compare"
@@ -162,3 +177,7 @@ register(Check("compile_regions", "autocast regions traced by torch.compile (ins
 register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's policy check "
                "compiled agrees with eager in dtype and value", per_entry=True,
                capability="compile", not_applicable=_compiled_policy))
+
+
+if __name__ == "__main__":  # python -m amp_conformance.checks.registry: print the table
+    print(markdown(), end="")
