@@ -301,7 +301,6 @@ def test_report_path_that_cannot_be_written():
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
 def test_report_path_is_checked_before_the_run(pytester):
-    # needs amp_conformance/plugin/report/collect.py to call validate_report_path
     result = pytester.runpytest(*ORACLE, "--conformance-report=/proc/r.json")
     _usage_line(result, "--conformance-report /proc/r.json: cannot write a file in /proc")
 

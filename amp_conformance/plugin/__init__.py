@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from amp_conformance.core import dispatch
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
@@ -46,6 +47,10 @@ def pytest_load_initial_conftests(early_config, parser, args):
     result = yield
     options.add_aliases(parser)
     return result
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    dispatch.release_shared()  # the kernel-entry observers' registrations end with the run
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -62,12 +62,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ReportWriter(config, Path(path)), "amp-conformance-report")
 
 
+def package_nodeid(item: pytest.Item) -> str:
+    """The item's id relative to the installed package (``amp_conformance/suite/test_x.py::
+    test_y[param]``), the same wherever the venv or the rootdir is; pytest's own node id for
+    items outside a package."""
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if not module or "." not in module:
+        return item.nodeid
+    return module.replace(".", "/") + ".py::" + item.nodeid.split("::", 1)[1]
+
+
 def item_info(item: pytest.Item) -> dict[str, Any]:
     """What the report needs to know of an item, beyond its outcome."""
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     info: dict[str, Any] = {"check": check_of(item), "amp_dtype": None, "category": None,
-                            "entry": None, "op": None}
+                            "entry": None, "op": None, "nodeid": package_nodeid(item)}
     case = params.get("amp_case")
     if case is not None:
         info.update(amp_dtype=devices.dtype_name(case.amp_dtype), category=case.entry.category,
@@ -145,6 +155,7 @@ class ReportWriter:
                 "capabilities": decl.capabilities.as_json(),
                 "xfail_files": list(decl.xfail_files),
                 "backend_modules": list(self.config.getoption("amp_backend_modules") or []),
+                "amp_dtypes_requested": list(self.config.getoption("amp_dtype") or []) or None,
                 "keyword": self.config.option.keyword or None,
                 "markexpr": self.config.option.markexpr or None,
             },
@@ -165,6 +176,9 @@ class ReportWriter:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.acc.collected is None:
             self._event({"event": "collected", "count": len(ids)})
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._event({"event": "deselected", "count": len(items)})
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._event({"event": "start", "nodeid": nodeid})

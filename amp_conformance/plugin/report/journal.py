@@ -114,7 +114,7 @@ class ItemRecord:
             message = message[:_MAX_MESSAGE] + "\n… (truncated)"
         info = self.info
         return {
-            "nodeid": self.nodeid,
+            "nodeid": info.get("nodeid") or self.nodeid,
             "test": test,
             "check": info.get("check"),
             "param": param,
@@ -137,6 +137,7 @@ class Accumulator:
         self.counts: Counter[str] = Counter()
         self.running: str | None = None
         self.collected: int | None = None
+        self.deselected = 0
         self.end: dict[str, Any] | None = None
 
     def feed(self, event: dict[str, Any]) -> None:
@@ -145,6 +146,8 @@ class Accumulator:
             self.session = {k: v for k, v in event.items() if k != "event"}
         elif kind == "collected":
             self.collected = event.get("count")
+        elif kind == "deselected":
+            self.deselected += event.get("count", 0)
         elif kind == "start":
             self.running = event["nodeid"]
             self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"]))
@@ -186,6 +189,7 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "interrupted_by": interrupted,
         "running": acc.running if status != "completed" else None,
         "collected": acc.collected,
+        "deselected": acc.deselected,
         "finished": len(finished),
         "executed": executed,
         "unfinished": unfinished[:50],
@@ -194,7 +198,7 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
 
 def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]:
     """The report (docs/report-schema.md) from what the events said."""
-    results = [r.as_json() for _, r in sorted(acc.records.items())]
+    results = sorted((r.as_json() for r in acc.records.values()), key=lambda r: r["nodeid"])
     summary = {k: acc.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
     summary[UNFINISHED] = sum(1 for r in results if r["outcome"] == UNFINISHED)
     return {

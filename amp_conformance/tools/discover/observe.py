@@ -11,9 +11,11 @@ import torch
 
 from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import expected_inside
+from amp_conformance.checks.kernel_entry import NEEDS_KERNEL
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, output_dtypes, tensors_in, widest_eligible
 from amp_conformance.core.compare import compare
+from amp_conformance.core.dispatch import shared_observer
 from amp_conformance.core.errors import ConformanceFailure, describe_error, first_line
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target
@@ -44,6 +46,10 @@ class Observation:
     outside: tuple[str, ...] | None = None
     #: what discover could not confirm, for a human to look at
     review: str = ""
+    #: whether the call inside autocast entered one of the device's Autocast kernels
+    entered: bool | None = None
+    #: what discover inferred beyond the dtypes (no review needed)
+    remark: str = ""
 
     @property
     def ran(self) -> bool:
@@ -134,6 +140,8 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
         except Exception as exc:  # inputs the device cannot hold
             return Observation("not run", message=f"inputs: {describe_error(exc)}")
         inside = _call(target, fn, args, kwargs, amp_dtype)
+        with shared_observer(dev).recording() as entered:  # a call of its own: kernel entry
+            _call(target, fn, args, kwargs, amp_dtype)
         outside = _call(target, fn, args, kwargs, None)
         if isinstance(inside, Exception):
             if isinstance(outside, Exception):
@@ -154,11 +162,21 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
                      and t.device.type == dev}) > 1
         policy = classify(_dtypes(inside), _dtypes(outside), variants, amp_dtype, widest, mixed)
         differ = _values_differ(target, fn, args, kwargs, policy, amp_dtype, inside, outside)
+    review = ("values differ from the control with autocast off: autocast reaches only part "
+              "of this op (e.g. kernels of its decomposition)") if differ else ""
+    as_reference, remark = matches(expected, _dtypes(inside)), ""
+    if entry.policy in NEEDS_KERNEL and not entered:
+        # the dtypes alone cannot tell promote from builtin promotion: the kernel decides
+        as_reference = False
+        review = f"entered no {devices.dispatch_key(dev)} kernel"
+    elif policy == "unchanged" and entry.policy == "promote" and entered and as_reference:
+        policy = "promote"
+        remark = (f"promote cannot be told from builtin promotion for these inputs; the call "
+                  f"entered the {devices.dispatch_key(dev)} kernel, so it is recorded as promote")
     return Observation(
-        policy, _names(_dtypes(inside)), as_reference=matches(expected, _dtypes(inside)),
+        policy, _names(_dtypes(inside)), as_reference=as_reference,
         outside=None if isinstance(outside, Exception) else _names(_dtypes(outside)),
-        review=("values differ from the control with autocast off: autocast reaches only part "
-                "of this op (e.g. kernels of its decomposition)") if differ else "",
+        review=review, entered=bool(entered), remark=remark,
     )
 
 

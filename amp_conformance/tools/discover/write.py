@@ -132,8 +132,31 @@ def entry_table(row: Row, group: list[str], reference: str, restrict: bool,
         note += "; review: a dtype change discover cannot name"
     if obs.review:
         note += f"; review: {obs.review}"
+    if obs.remark:
+        note += f"; {obs.remark}"
     table["note"] = note
     return {k: table[k] for k in fields.ENTRY_KEYS if k in table}  # the schema table's order
+
+
+def review_item(row: Row, device: str, reference: str, departs: list[str],
+                observed: list[dict[str, Any]]) -> list[str]:
+    """A departure from the reference, written so that it cannot pass by being written down:
+    the reference's expectation stays the active entry (the departure fails until a person
+    decides), and what the device did follows commented out, to take instead if intended."""
+    seen = "; ".join(f"{n}: {row.observed[n].policy}"
+                     + (f" ({row.observed[n].review})" if row.observed[n].review else "")
+                     for n in departs)
+    table = {k: v for k, v in raw_entry(row.entry).items() if k not in ("note", "override")}
+    table["note"] = f"REVIEW: {device} departs from {reference} ({seen}); {reference}'s expectation kept"
+    table = {k: table[k] for k in fields.ENTRY_KEYS if k in table}
+    lines = ["", f"# REVIEW {row.entry.id}: {device} departs from {reference} ({seen}).",
+             f"# The {reference} expectation below stays active, so the departure fails until",
+             "# reviewed; if it is intended, replace the entry with the observed one after it.",
+             "[[entry]]", *(f"{_key(k)} = {_toml_value(v)}" for k, v in table.items())]
+    for obs_table in observed:
+        lines += ["# [[entry]]  (observed)",
+                  *(f"# {_key(k)} = {_toml_value(v)}" for k, v in obs_table.items())]
+    return lines
 
 
 def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch.dtype],
@@ -180,6 +203,10 @@ def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch
                 tables.extend(t for t in table_list if t is not None)
             else:
                 tables.append(table)
+        departs = [n for n in names if not row.observed[n].as_reference]
+        if departs:
+            lines += review_item(row, device, reference, departs, tables)
+            continue
         for table in tables:
             lines += ["", "[[entry]]"] + [f"{_key(k)} = {_toml_value(v)}" for k, v in table.items()]
     if not_run:

@@ -1,0 +1,54 @@
+"""discover cannot bless a departure: a planted bug comes out as a review item under which
+it still fails, and a promote op with no autocast kernel is not taken for promote."""
+
+from __future__ import annotations
+
+import torch
+
+from amp_conformance.__main__ import main as cli
+from amp_conformance.checks.case import Case
+from amp_conformance.checks.oplist_checks import check_policy
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.target import Target
+from amp_conformance.schema import oplist
+from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+
+def _discover(tmp_path, *extra: str) -> dict:
+    out = tmp_path / "cuda.toml"
+    assert cli(["discover", "--device", "cuda", "--fake", "--amp-dtype", "float16", "-q",
+                "--out", str(out), *extra]) == 0
+    return {"text": out.read_text(), "entries": {e.id: e for e in oplist.parse_file(out).entries}}
+
+
+def test_a_planted_fp32_to_lower_bug_is_written_as_a_review_item_that_still_fails(tmp_path):
+    undo = CATALOGUE["cuda-softmax-in-lower-precision"].apply()
+    try:
+        found = _discover(tmp_path)
+        softmax = found["entries"]["softmax"]
+        assert softmax.policy == "fp32", "the reference expectation must stay active"
+        assert "# REVIEW softmax: cuda departs from cuda" in found["text"]
+        assert "# [[entry]]  (observed)" in found["text"]  # what the device did, commented out
+        case = Case(Target("cuda", fake=True), torch.float16, softmax)
+        try:
+            check_policy(case)
+        except ConformanceFailure as exc:
+            assert "expected torch.float32" in str(exc)
+        else:
+            raise AssertionError("the discovered list let the planted bug pass")
+    finally:
+        undo()
+
+
+def test_promote_without_a_kernel_is_a_departure_not_promote(tmp_path):
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("addcmul", torch.library.fallthrough_kernel, "AutocastCUDA")
+    try:
+        found = _discover(tmp_path)
+    finally:
+        lib._destroy()
+    addcmul = found["entries"]["addcmul"]
+    assert addcmul.policy == "promote"
+    assert "entered no AutocastCUDA kernel" in found["text"]
+    clean = _discover(tmp_path)
+    assert "REVIEW addcmul" not in clean["text"]
