@@ -5,7 +5,8 @@ from _pytest import pytester as _pytester
 
 
 def _is_torch_module(name: str) -> bool:
-    return name == "torch" or name.startswith("torch.")
+    """torch and the modules it imports lazily and keys caches on (sympy, mpmath)."""
+    return any(name == top or name.startswith(top + ".") for top in ("torch", "sympy", "mpmath"))
 
 
 @pytest.fixture(autouse=True)

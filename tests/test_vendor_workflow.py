@@ -455,7 +455,8 @@ def test_fakegpu_passes_with_its_declarations(tmp_path):
     done = _example("-m", "pytest", "-p", "no:randomly", f"--conformance-report={out}", "-rsx")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     counts = _summary_counts(done.stdout)
-    assert counts.get("failed", 0) == 0 and counts["xfailed"] == 4 and counts["passed"] > 100
+    # 4 declared (conv2d) + the compile tier's strict xfails of known PyTorch defects
+    assert counts.get("failed", 0) == 0 and counts["xfailed"] >= 4 and counts["passed"] > 100
     assert "device declares no cast cache (autocast is registered from Python" in done.stdout
     data = _load(out)
     _assert_agrees(data, counts)

@@ -142,10 +142,13 @@ _SHARED: dict[str, Observer] = {}
 
 
 def shared_observer(device: str) -> Observer:
-    """One observer per device for the process, installed on first use (registering the
+    """One observer for the process (for one device at a time), installed on first use (registering the
     kernels costs milliseconds; a run observes hundreds of calls). :func:`release_shared`
     removes them; the plugin calls it when the session ends."""
     if device not in _SHARED:
+        # one device at a time: two observers' kernels for the same op on the one key would
+        # hide each other (the dispatcher runs the latest registration only)
+        release_shared()
         _SHARED[device] = Observer(device, policy_overloads(device)).__enter__()
     return _SHARED[device]
 

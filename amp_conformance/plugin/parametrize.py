@@ -12,6 +12,7 @@ import pytest
 
 from amp_conformance.checks import registry
 from amp_conformance.checks.case import Case, load_oplist
+from amp_conformance.checks.compile import per_entry as compiled
 from amp_conformance.core import devices
 from amp_conformance.plugin.options import Settings
 
@@ -45,6 +46,20 @@ def not_applicable(check: str, case: Case) -> str | None:
             return reason
     if spec.needs_values and case.target.fake:
         return _FAKE_NEEDS_VALUES
+    return None
+
+
+def column_absent(check: str, settings: Settings) -> str | None:
+    """Why a whole per-entry column does not exist for this run, or None: the legacy check
+    on a device without a legacy entry point, or where the device is faked."""
+    if check != "legacy":
+        return None
+    if devices.legacy_autocast(settings.device) is None:
+        return (f"not applicable: {settings.device} has no legacy torch.{settings.device}.amp."
+                "autocast, so the legacy column is not generated")
+    if settings.fake:
+        return ("not applicable in --fake mode: the legacy entry point needs the device, so the "
+                "legacy column is not generated")
     return None
 
 
@@ -83,8 +98,15 @@ def _device_params(metafunc: pytest.Metafunc, settings: Settings, check: registr
 def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
     if CASE_FIXTURE in metafunc.fixturenames:
         check = check_of(metafunc)
+        absent = column_absent(check.name, settings)
+        if absent:  # one line says why, instead of one skip per entry
+            metafunc.parametrize(CASE_FIXTURE, [pytest.param(
+                None, id=f"{settings.device}-{check.name}-absent", marks=pytest.mark.skip(reason=absent))])
+            return
         params = []
         for case in cases(settings):
+            if check.name == compiled.CHECK:  # opt-in tier: the backend in the case and its id
+                case = compiled.CompiledCase.of(case, settings.compile_backend)
             reason = not_applicable(check.name, case)
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             params.append(pytest.param(case, id=case.id, marks=marks))

@@ -1,0 +1,53 @@
+"""torch.compile and torch.export under autocast (logic in amp_conformance.checks.compile).
+
+- ``test_compile_region``: the scenario table of ``checks/compile/regions.py``, one item per
+  amp dtype, backend (eager and aot_eager always; the ``--amp-compile`` backend too) and
+  scenario; a scenario that shows a known upstream defect is a strict xfail naming it.
+- ``test_export_keeps_regions``: torch.export keeps the regions and runs them as eager.
+- ``test_compiled_policy``: opt-in (``--amp-compile BACKEND``), per op-list entry.
+"""
+
+import pytest
+
+from amp_conformance.checks.compile import export, per_entry, regions
+
+#: parametrizes the region scenarios; leaves the opt-in tier out of a run without it
+pytest_plugins = ("amp_conformance.checks.compile.collect",)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """No item may reuse another's graphs or guards (each check also resets around its
+    compiles; this covers a check that fails half-way)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.amp_check("compile_regions")
+def test_compile_region(amp_settings, amp_target, amp_dtype, compile_backend, scenario):
+    """The scenario compiled gives eager's outputs, observed state and exceptions, call by
+    call, and restores the autocast state exactly."""
+    reason = regions.not_applicable(scenario, amp_target, amp_dtype, compile_backend)
+    if reason:
+        pytest.skip(reason)
+    regions.check(scenario, amp_target, amp_dtype, compile_backend, amp_settings.numerics)
+
+
+@pytest.mark.amp_check("compile_regions")
+def test_export_keeps_regions(amp_target, amp_dtype):
+    """torch.export keeps each region in the graph; the program and its decomposition run
+    with eager's dtypes and values."""
+    if amp_target.fake:
+        pytest.skip(f"not applicable in --fake mode: torch.export traces torch.autocast("
+                    f"{amp_target.device!r}), which refuses the absent device")
+    export.check_export(amp_target, amp_dtype, regions.other_dtype(amp_target, amp_dtype))
+
+
+@pytest.mark.amp_check("compiled_policy")
+def test_compiled_policy(amp_case):
+    """Each variant of the entry, with its autocast region, compiled with the --amp-compile
+    backend, gives eager's dtypes and values (bitwise, or close for code generators)."""
+    per_entry.check_compiled_policy(amp_case)

@@ -1,0 +1,199 @@
+"""The compile checks catch broken compile paths, and the --amp-compile tier's plumbing.
+
+The region scenarios and the per-entry check run in-process against the selftest's
+mutants (dynamo patched to trace the wrong dtype, to drop its autocast guard, to leak
+state when a resumed region raises; a backend that drops the regions); the option,
+its alias, the opt-in item generation and the vendor capability run through pytester.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sympy  # noqa: F401  (see below)
+import torch
+
+from amp_conformance.checks.case import Case, load_oplist
+from amp_conformance.checks.compile import backends, export, per_entry, regions
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
+from amp_conformance.tools.selftest import mutants_compile
+from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+# sympy is imported here, at collection: torch imports it lazily (dynamo), and pytester's
+# in-process runs drop every module imported during a run but torch's (tests/conftest.py),
+# so a sympy first imported inside one would be imported again after it, and the torch
+# modules kept would meet a second sympy ("Can only compare inequalities with Expr").
+CPU = Target("cpu")
+
+SUITE = ("--pyargs", "amp_conformance.suite.test_compile")
+ID = re.compile(r"(test_\w+\[[^\]]+\])")
+
+
+def _ids(lines):
+    return sorted({m.group(1) for line in lines for m in [ID.search(line)] if m})
+
+
+def _mutated(name):
+    """Apply a compile mutant of the selftest catalogue for the duration of a with-block."""
+    class _Ctx:
+        def __enter__(self):
+            self.undo = CATALOGUE[name].apply()
+
+        def __exit__(self, *exc):
+            self.undo()
+            torch._dynamo.reset()
+    return _Ctx()
+
+
+def _mm_case(dtype=torch.bfloat16, backend="aot_eager"):
+    (entry,) = [e for e in load_oplist("cpu").entries if e.id == "mm"]
+    return per_entry.CompiledCase.of(Case(CPU, dtype, entry), backend)
+
+
+# -- the scenario table --------------------------------------------------------------
+
+
+def test_scenario_table_is_well_formed():
+    names = [s.name for s in regions.SCENARIOS]
+    assert len(names) == len(set(names))
+    for s in regions.SCENARIOS:
+        assert s.exercises and s.calls and s.graphs[0] <= s.graphs[1], s.name
+        assert s.needs <= {"inner", "other", "legacy"}, s.name
+        assert all(backend in (*backends.BITWISE, "inductor", "*") for backend, _ in s.known)
+        assert all("pytorch/pytorch#" in reason for _, reason in s.known), s.name
+
+
+def test_not_applicable_reasons():
+    inner = regions.by_name("inner_region")
+    fake = Target("cuda", True)
+    assert "not applicable in --fake mode" in regions.not_applicable(
+        inner, fake, torch.float16, "aot_eager")
+    assert regions.not_applicable(regions.by_name("outer_region"), fake, torch.float16,
+                                  "aot_eager") is None
+    assert "generates code" in regions.not_applicable(
+        regions.by_name("outer_region"), fake, torch.float16, "inductor")
+
+
+@pytest.mark.parametrize("backend", backends.BITWISE)
+def test_conforming_scenarios_pass(backend):
+    for name in ("inner_region", "disabled_subregion", "graph_break"):
+        regions.check(regions.by_name(name), CPU, torch.bfloat16, backend)
+
+
+@pytest.mark.parametrize("mutant, scenario, text", [
+    ("compile-region-other-dtype", "inner_region", "attribute 'dtype' do not match"),
+    ("compile-region-traced-disabled", "inner_region", "attribute 'dtype' do not match"),
+    ("compile-stale-guard", "ambient_changes", "inside an other-dtype region"),
+    ("compile-region-leaks-on-raise", "error_at_graph_break",
+     "autocast state not restored after the compiled region raised"),
+])
+def test_region_check_catches_broken_compile_path(mutant, scenario, text):
+    before = AutocastState.capture("cpu")
+    with _mutated(mutant), pytest.raises(ConformanceFailure) as caught:
+        regions.check(regions.by_name(scenario), CPU, torch.float16, "aot_eager")
+    message = str(caught.value)
+    assert f"compile_regions scenario {scenario!r}" in message
+    assert "backend aot_eager" in message and "torch.float16" in message
+    assert text in message
+    assert before.diff(AutocastState.capture("cpu")) == []  # the check restored the state
+
+
+def test_known_eager_backend_leak_is_seen():
+    """pytorch/pytorch#195488 on torch 2.13: the suite marks it a strict xfail, so the
+    check must really fail (and say what leaked)."""
+    scenario = regions.by_name("kernel_error")
+    assert "195488" in scenario.known_defect("eager")
+    assert scenario.known_defect("aot_eager") is None
+    with pytest.raises(ConformanceFailure, match="nesting: 0 before, 1 after"):
+        regions.check(scenario, CPU, torch.float16, "eager")
+
+
+def test_compiling_bounds_and_counts_graphs():
+    with backends.compiling() as stats:
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+        assert stats.graphs == 1
+    assert stats.graphs == 1
+
+
+# -- the per-entry tier --------------------------------------------------------------
+
+
+def test_compiled_case_id_and_numerics():
+    assert _mm_case(backend="inductor").id == "cpu-bfloat16-inductor-torch_16-mm"
+    assert _mm_case(backend="inductor").numerics == "close"
+    assert _mm_case(backend="aot_eager").numerics == "bitwise"
+    assert per_entry.not_applicable(_mm_case(backend=None)) == per_entry.NOT_GIVEN
+
+
+def test_compiled_policy_passes_and_catches_dropped_regions():
+    per_entry.check_compiled_policy(_mm_case())
+    with _mutated("compile-backend-drops-regions"), pytest.raises(ConformanceFailure) as caught:
+        per_entry.check_compiled_policy(_mm_case())
+    message = str(caught.value)
+    assert message.startswith("compiled_policy: torch.mm [entry mm")
+    assert "compiled output dtypes [torch.float32], eager gave [torch.bfloat16]" in message
+    assert "torch.compile(body, backend='aot_eager', fullgraph=True)" in message
+
+
+def test_mutants_of_the_compile_tier_are_registered():
+    mine = {n for n, m in CATALOGUE.items() if m.apply.__module__ == mutants_compile.__name__}
+    assert mine == {"compile-region-other-dtype", "compile-region-traced-disabled",
+                    "compile-region-leaks-on-raise", "compile-stale-guard",
+                    "compile-backend-drops-regions"}
+
+
+# -- torch.export ----------------------------------------------------------------------
+
+
+def test_export_finds_regions_and_catches_a_lost_one(monkeypatch):
+    export.check_export(CPU, torch.bfloat16, torch.float16)
+    module = export.Regions("cpu", torch.bfloat16, None)
+    program = torch.export.export(module, (torch.ones(8, 8),))
+    assert export.regions_in(program.graph_module) == module.expected_regions()
+    monkeypatch.setattr(export.Regions, "expected_regions",
+                        lambda self: [("cpu", torch.bfloat16, True)] * 3)
+    with pytest.raises(ConformanceFailure, match="the exported graph holds the regions"):
+        export.check_export(CPU, torch.bfloat16, None)
+
+
+# -- options, items, capability (pytester) ---------------------------------------------
+
+
+def test_unknown_backend_is_a_usage_error_naming_the_allowed(pytester):
+    result = pytester.runpytest(*SUITE, "--amp-compile", "nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--amp-compile 'nosuch'*allowed: aot_eager*eager*inductor*"])
+
+
+def test_tier_is_opt_in_and_named_by_backend(pytester):
+    default = pytester.runpytest(*SUITE, "--collect-only", "-q")
+    ids = _ids(default.outlines)
+    assert not [i for i in ids if i.startswith("test_compiled_policy")]
+    assert "test_compile_region[cpu-bfloat16-aot_eager-inner_region]" in ids
+    assert "test_export_keeps_regions[cpu-float16]" in ids
+    opted = pytester.runpytest(*SUITE, "--compile", "aot_eager", "--collect-only", "-q")
+    opted_ids = _ids(opted.outlines)
+    assert "test_compiled_policy[cpu-bfloat16-aot_eager-torch_16-mm]" in opted_ids
+    assert set(ids) <= set(opted_ids)
+
+
+def test_host_keeps_its_own_compile_option(pytester):
+    pytester.makeconftest("""
+        def pytest_addoption(parser):
+            parser.addoption("--compile", action="store_true")
+    """)
+    result = pytester.runpytest(*SUITE, "--compile", "--amp-compile", "eager", "-q",
+                                "-k", "compiled_policy and torch_16-mm and bfloat16")
+    result.assert_outcomes(passed=1)
+
+
+def test_device_without_compile_support_skips_the_family(pytester, tmp_path):
+    caps = tmp_path / "caps.toml"
+    caps.write_text("[capabilities]\ncompile = false\n[reasons]\ncompile = \"no dynamo\"\n")
+    result = pytester.runpytest(*SUITE, f"--capabilities={caps}", "-rs", "-k",
+                                "export or (inner_region] and eager)")
+    result.assert_outcomes(skipped=6)
+    result.stdout.fnmatch_lines(["*device declares no torch.compile support (no dynamo)*"])
