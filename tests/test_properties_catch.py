@@ -1,4 +1,5 @@
-"""The property checks catch broken autocast implementations.
+"""The property checks, and the device-generic checks reworked with them, catch broken
+autocast implementations.
 
 Each test plants one bug (a monkeypatched ``autocast.__exit__``, ``_cast``,
 ``custom_fwd``/``custom_bwd``, or an Autocast kernel overridden from Python), runs a
@@ -20,14 +21,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import Phase, settings
 from torch._C import DispatchKey, DispatchKeySet
 from torch.amp import autocast_mode
 
 import amp_conformance.suite
 from amp_conformance.core.casting import is_eligible
 from amp_conformance.core.errors import ConformanceFailure
-from amp_conformance.core.state import AutocastState
+from amp_conformance.core.state import AutocastState, StateLeak
 from amp_conformance.core.target import Target
 from amp_conformance.properties import custom_fwd as cfp
 from amp_conformance.properties import (
@@ -44,14 +45,18 @@ SUITE = Path(amp_conformance.suite.__file__).parent
 
 @pytest.fixture
 def ci(monkeypatch):
-    """The ci profile (derandomized), whatever the run selected; restored afterwards.
-
-    With more examples than ci runs by default: each planted bug is found within the
-    first few, and the margin keeps these tests green should a Hypothesis release
-    derandomize to other examples. A property that passes costs nothing extra here.
-    """
+    """The ci profile (derandomized, 25 examples), whatever the run selected; restored
+    afterwards: the very settings the suite runs with, so a bug caught here is a bug the
+    suite catches."""
     monkeypatch.setattr(profiles, "_selected", "ci")
-    return profiles.selected(max_examples=100)
+    return profiles.selected()
+
+
+@pytest.fixture
+def ci_generated(ci):
+    """The ci profile's generated examples alone (no explicit examples, and no shrinking,
+    which these tests do not need): what the generator by itself catches."""
+    return settings(ci, phases=[Phase.generate])
 
 
 @pytest.fixture(autouse=True)
@@ -174,6 +179,15 @@ def test_regions_machine_leaves_state_when_it_fails(monkeypatch, ci):
 
 # -- (b) custom_fwd's cast_inputs ------------------------------------------------------
 
+#: Each cast_inputs bug is caught by the suite's run (explicit examples first) and by the
+#: generated examples alone: the generator reaches it, not only the hand-written cases.
+PROFILES = pytest.mark.parametrize("profile", ["ci", "ci_generated"], indirect=True)
+
+
+@pytest.fixture
+def profile(request, ci, ci_generated):
+    return {"ci": ci, "ci_generated": ci_generated}[request.param]
+
 
 def _cast_without_dicts(real: Callable) -> Callable:
     def _cast(value, device_type, dtype):
@@ -186,14 +200,16 @@ def _cast_without_dicts(real: Callable) -> Callable:
     return _cast
 
 
-def test_cast_property_catches_cast_not_recursing_into_dicts(monkeypatch, ci):
+@PROFILES
+def test_cast_property_catches_cast_not_recursing_into_dicts(monkeypatch, profile):
     """(b) a _cast that does not recurse into dicts leaves their tensors uncast."""
     monkeypatch.setattr(autocast_mode, "_cast", _cast_without_dicts(autocast_mode._cast))
-    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, profile),
            cfp.CAST_PROPERTY, "should arrive cast", "reproduce:")
 
 
-def test_cast_property_catches_cast_of_float64(monkeypatch, ci):
+@PROFILES
+def test_cast_property_catches_cast_of_float64(monkeypatch, profile):
     def _cast(value, device_type, dtype):
         if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
             return value.to(dtype)  # the bug: float64 treated as eligible
@@ -205,16 +221,38 @@ def test_cast_property_catches_cast_of_float64(monkeypatch, ci):
 
     real = autocast_mode._cast
     monkeypatch.setattr(autocast_mode, "_cast", _cast)
-    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, profile),
            cfp.CAST_PROPERTY, "float64", "must reach forward untouched")
 
 
-def test_cast_property_catches_arrays_treated_as_iterables(monkeypatch, ci):
+@PROFILES
+def test_cast_property_catches_arrays_treated_as_iterables(monkeypatch, profile):
     """Without the ndarray special case an array would arrive as a generator."""
     pytest.importorskip("numpy", reason="the payloads hold numpy arrays only where it is installed")
     monkeypatch.setattr(autocast_mode, "HAS_NUMPY", False)
-    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, ci),
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, profile),
            cfp.CAST_PROPERTY, "ndarray", "same object")
+
+
+@PROFILES
+def test_cast_property_catches_cast_of_other_device(monkeypatch, profile):
+    """A _cast blind to the device: floating tensors of another device (meta beside cpu)
+    are cast too."""
+    real = autocast_mode._cast
+
+    def _cast(value, device_type, dtype):
+        if isinstance(value, torch.Tensor) and value.device.type != device_type:
+            return value.to(dtype) if value.is_floating_point() and value.dtype != torch.float64 \
+                else value  # the bug: any device is eligible
+        if isinstance(value, dict):
+            return {k: _cast(v, device_type, dtype) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(_cast(v, device_type, dtype) for v in value)
+        return real(value, device_type, dtype)
+
+    monkeypatch.setattr(autocast_mode, "_cast", _cast)
+    _fails(lambda: cfp.check_cast_inputs_property(CPU, torch.bfloat16, profile),
+           cfp.CAST_PROPERTY, "tensor on meta must reach forward untouched")
 
 
 def test_cast_property_catches_forward_left_in_autocast(monkeypatch, ci):
@@ -274,20 +312,20 @@ def test_backward_property_catches_custom_bwd_with_default_dtype(monkeypatch, ci
 
 
 @contextlib.contextmanager
-def autocast_cpu_kernel(op: str, kernel: Callable) -> Iterator[None]:
-    """Replace the AutocastCPU kernel of ``op`` (a vendor's broken kernel); undo on exit."""
+def autocast_cpu_kernel(op: str, kernel: Callable, key: str = "AutocastCPU") -> Iterator[None]:
+    """Replace the ``key`` kernel of ``op`` (a vendor's broken kernel); undo on exit."""
     lib = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
-            lib.impl(op, kernel, "AutocastCPU")
+            lib.impl(op, kernel, key)
         yield
     finally:
         lib._destroy()
 
 
-def below_autocast(fn: Callable, *args):
-    with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(DispatchKey.AutocastCPU)):
+def below_autocast(fn: Callable, *args, key: str = "AutocastCPU"):
+    with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(getattr(DispatchKey, key))):
         return fn(*args)
 
 
@@ -350,11 +388,133 @@ def test_promote_property_catches_cast_to_autocast_dtype(ci):
             policy_properties.POLICIES["promote"])
 
 
+def _device_blind_mm(device: str, key: str) -> Callable:
+    """A lower-precision mm kernel that casts floating tensors of any device: a tensor of
+    another device in the call is cast as if it were eligible."""
+
+    def mm(a, b):
+        def cast(t):
+            blind = t.is_floating_point() and t.dtype != torch.float64
+            return t.to(torch.get_autocast_dtype(device)) if blind else t
+
+        return below_autocast(torch.mm, cast(a), cast(b), key=key)
+
+    return mm
+
+
+def test_lower_property_catches_kernel_blind_to_device(ci):
+    """Only the calls that mix devices reach this bug (meta beside cpu): the other
+    device's tensor is counted as cast, although the call then fails on both sides."""
+    with autocast_cpu_kernel("mm", _device_blind_mm("cpu", "AutocastCPU")):
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"]),
+            policy_properties.POLICIES["lower"], "autocast cast an ineligible input",
+            "tensor on meta")
+
+
+def test_lower_property_catches_kernel_blind_to_device_on_fake_cuda(ci):
+    """The same bug in the AutocastCUDA kernel, run through --fake: a cpu tensor is cast."""
+    with autocast_cpu_kernel("mm", _device_blind_mm("cuda", "AutocastCUDA"), "AutocastCUDA"):
+        _fails(lambda: policy_properties.check_policy_property(
+            Target("cuda", fake=True), torch.float16, "lower", ci, values=False, ops=["mm"]),
+            policy_properties.POLICIES["lower"], "autocast cast an ineligible input",
+            "tensor on cpu")
+
+
+def test_promote_property_catches_cast_of_integers(ci):
+    """A promote kernel that also casts integer tensors to the widest type: cat promotes
+    them to the same dtype anyway, so outputs and values agree; only the count of casts
+    of the ineligible input sees it."""
+
+    def cat(tensors, dim=0):
+        widest = None
+        for t in tensors:
+            if is_eligible(t, "cpu"):
+                widest = t.dtype if widest is None else torch.promote_types(widest, t.dtype)
+        if widest is None:
+            return below_autocast(torch.cat, tensors, dim)
+        cast = [t.to(widest) if is_eligible(t, "cpu") or not t.is_floating_point() else t
+                for t in tensors]
+        return below_autocast(torch.cat, cast, dim)
+
+    with autocast_cpu_kernel("cat", cat):
+        _fails(lambda: policy_properties.check_policy_property(
+            CPU, torch.bfloat16, "promote", ci, values=True, ops=["cat"]),
+            policy_properties.POLICIES["promote"], "autocast cast an ineligible input")
+
+
 def test_policy_property_rejects_values_on_fake_target():
     with pytest.raises(ValueError, match="carries no values"):
         policy_properties.check_policy_property(
             Target("cuda", fake=True), torch.float16, "lower", profiles.selected(),
             values=True)
+
+
+# -- device-generic checks whose assertions could not fire before ---------------------
+
+
+def _suite_check_fails(check: Callable[[], None], *texts: str) -> str:
+    """The suite check raises its own assertion (not the state-leak guard's) naming ``texts``."""
+    with pytest.raises(AssertionError) as info:
+        check()
+    assert not isinstance(info.value, StateLeak), f"the guard fired first: {info.value}"
+    for text in texts:
+        assert text in str(info.value), f"{text!r} not in {info.value}"
+    return str(info.value)
+
+
+def test_eligibility_check_catches_addmm_casting_other_device():
+    """On cpu the other device is meta: torch.addmm(meta scalar, m, m) enters the
+    AutocastCPU kernel and fails on the device mix only after casting, so the check counts
+    the casts of the meta tensor; a kernel that casts every floating tensor is caught."""
+    import amp_conformance.tools.selftest.mutants_eligibility  # noqa: F401 (registers it)
+    from amp_conformance.suite import test_eligibility as eligibility
+    from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+    eligibility.test_other_device_is_not_cast(CPU, torch.bfloat16)  # the real kernel passes
+    undo = CATALOGUE["addmm-casts-other-device"].apply()
+    try:
+        _suite_check_fails(lambda: eligibility.test_other_device_is_not_cast(CPU, torch.bfloat16),
+                           "torch.addmm: a meta tensor in the call was cast")
+    finally:
+        undo()
+
+
+@pytest.mark.parametrize("check, text", [
+    ("test_region_sets_and_restores_state", "state after the region"),
+    ("test_state_restored_when_body_raises", "state after an exception in the region"),
+    ("test_decorator_form", "still enabled after the decorated function returned"),
+])
+def test_region_checks_catch_exit_leaving_autocast_enabled(monkeypatch, check, text):
+    """An __exit__ that leaves autocast enabled fails each check with its own message: the
+    assertions sit inside the state-leak guard, which would otherwise fire first."""
+    from amp_conformance.suite import test_regions as region_checks
+
+    getattr(region_checks, check)(CPU, torch.float16)  # the real __exit__ passes
+    monkeypatch.setattr(autocast_mode.autocast, "__exit__", _exit_forgetting("enabled"))
+    _suite_check_fails(lambda: getattr(region_checks, check)(CPU, torch.float16), text)
+
+
+@pytest.mark.parametrize("has_bf16", [False, True], ids=["no-bf16", "bf16-emulated-off"])
+def test_cuda_bfloat16_check_catches_autocast_accepting_it(monkeypatch, has_bf16):
+    """The bfloat16 refusal of a CUDA device, run here by making torch believe CUDA is
+    there: a GPU without bfloat16, or one with it (the check then emulates one without).
+    The real torch.autocast passes; one that ignores the capability is caught."""
+    from amp_conformance.suite import test_errors as error_checks
+
+    monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: has_bf16)
+    cuda = Target("cuda")
+    error_checks.test_cuda_bfloat16_unsupported_raises(cuda)
+    real_init = autocast_mode.autocast.__init__
+
+    def accepting_init(self, *args, **kwargs):
+        with contextlib.suppress(RuntimeError):  # the bug: bfloat16 accepted anyway
+            real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(autocast_mode.autocast, "__init__", accepting_init)
+    with pytest.raises(pytest.fail.Exception, match="was accepted: a CUDA device without"):
+        error_checks.test_cuda_bfloat16_unsupported_raises(cuda)
 
 
 # -- through pytest: what a user sees ------------------------------------------------

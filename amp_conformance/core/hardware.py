@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from amp_conformance.core.state import AutocastState
+
 #: the oneDNN error of a missing LSTM primitive (the only error the probe reads as "absent")
 NO_LSTM_PRIMITIVE = "could not create a primitive descriptor for the LSTM forward propagation primitive"
 
@@ -32,6 +34,7 @@ def onednn_lstm(amp_dtype: torch.dtype) -> str | None:
     if not torch.backends.mkldnn.is_available():
         return None  # the native path runs everywhere
     module = torch.nn.LSTM(2, 2)
+    before = AutocastState.capture("cpu")  # a probe leaves no trace, even under a broken autocast
     try:
         with torch.autocast("cpu", dtype=amp_dtype):
             module(torch.zeros(1, 1, 2))
@@ -41,6 +44,8 @@ def onednn_lstm(amp_dtype: torch.dtype) -> str | None:
         return (f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no oneDNN "
                 f"{_dtype_name(amp_dtype)} LSTM primitive: under CPU autocast torch.lstm takes "
                 f"the oneDNN path (aten::mkldnn_rnn_layer) and raises '{NO_LSTM_PRIMITIVE}'")
+    finally:
+        before.restore()
     return None
 
 

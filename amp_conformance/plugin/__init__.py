@@ -21,6 +21,7 @@ from amp_conformance.properties import profiles
 pytest_plugins = (
     "amp_conformance.plugin.vendor",
     "amp_conformance.plugin.verdict",
+    "amp_conformance.properties.statistics",
     "amp_conformance.plugin.report.collect",
 )
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from hypothesis import example, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
+from torch.utils._pytree import tree_leaves
 
 from amp_conformance.core import devices
 from amp_conformance.core.casting import is_eligible
@@ -34,12 +35,14 @@ from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.probes import probe
 from amp_conformance.core.state import grad_and_dtype_restored, unchanged_autocast_state
 from amp_conformance.core.target import Target
-from amp_conformance.properties import strategies
+from amp_conformance.properties import statistics, strategies
 
 CAST_PROPERTY = "custom_fwd(cast_inputs=...) casts exactly the eligible tensors"
 FORWARD_STATE_PROPERTY = "custom_fwd runs forward with autocast off when it casts"
 BACKWARD_PROPERTY = "custom_bwd runs backward with the forward's autocast state"
 CAST_TARGETS = (torch.float32, torch.float16, torch.bfloat16)
+#: The label of an example that hands forward a payload tensor cast_inputs must change.
+CAST_PAYLOAD = "cast payload"
 #: Keyword names for generated kwargs (never ``ctx`` or ``x``, forward's own parameters).
 _IDENTIFIERS = st.text(alphabet="abcdyz", min_size=1, max_size=3)
 
@@ -58,19 +61,33 @@ class CastExample:
 
 @st.composite
 def cast_examples(draw: Callable, target: Target) -> CastExample:
-    payload = strategies.payloads(target)
+    """A call that must cast: cast_inputs a dtype, in an enabled region, with payloads
+    holding tensors it changes beside ones it must leave alone
+    (:func:`strategies.cast_payloads`). The calls where custom_fwd must do nothing are
+    derived from it (:func:`variants`)."""
+    cast_to = draw(st.sampled_from(CAST_TARGETS))
     via_apply = draw(st.booleans())
-    args = tuple(draw(st.lists(payload, max_size=3)))
+    values = draw(strategies.cast_payloads(target, cast_to))
     # Function.apply takes positional arguments only; kwargs go through a direct call.
-    kwargs = {} if via_apply else draw(st.dictionaries(_IDENTIFIERS, payload, max_size=2))
+    n_kw = 0 if via_apply else draw(st.integers(0, len(values)))
+    keys = draw(st.lists(_IDENTIFIERS, min_size=n_kw, max_size=n_kw, unique=True))
+    positional = len(values) - n_kw
     return CastExample(
-        args=args,
-        kwargs=kwargs,
-        cast_inputs=draw(st.sampled_from(CAST_TARGETS + (None,))),
-        enabled=draw(st.booleans()),
+        args=tuple(values[:positional]),
+        kwargs=dict(zip(keys, values[positional:], strict=True)),
+        cast_inputs=cast_to,
+        enabled=True,
         via_apply=via_apply,
         seed=draw(strategies.seeds()),
     )
+
+
+def variants(ex: CastExample) -> list[CastExample]:
+    """``ex``, and where it casts, the same payloads where custom_fwd must change nothing:
+    outside an enabled region, and without cast_inputs."""
+    if ex.cast_inputs is None or not ex.enabled:
+        return [ex]
+    return [ex, replace(ex, enabled=False), replace(ex, cast_inputs=None)]
 
 
 # -- what custom_fwd must hand to forward -------------------------------------------
@@ -256,6 +273,39 @@ def check_cast_example(target: Target, amp_dtype: torch.dtype, ex: CastExample) 
               f"{expected}: {why}"])
 
 
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def label_cast_example(target: Target, ex: CastExample) -> None:
+    """Label what the example's payloads exercise, for the statistics."""
+    dev = target.device
+    recipes = list(strategies.recipes_in((ex.args, ex.kwargs)))
+    casts = ex.cast_inputs is not None and ex.enabled
+    if casts and any(r.dtype in strategies.FLOATING and r.device == dev
+                     and r.dtype != ex.cast_inputs for r in recipes):
+        statistics.label(CAST_PAYLOAD)
+    if not casts:
+        statistics.label("no-op: " + ("no cast_inputs" if ex.enabled else "disabled region"))
+    if any(r.device != dev for r in recipes):
+        statistics.label("other device's tensor in payload")
+    if any(r.device == dev and r.dtype not in strategies.FLOATING for r in recipes):
+        statistics.label("float64, integer or bool tensor in payload")
+    leaves = tree_leaves((ex.args, ex.kwargs))
+    if any(isinstance(leaf, strategies.numpy.ndarray) for leaf in leaves):
+        statistics.label("numpy array in payload")
+    if any(isinstance(leaf, strategies.Opaque) for leaf in leaves):
+        statistics.label("opaque object in payload")
+    if max(map(_depth, (*ex.args, *ex.kwargs.values())), default=0) >= 2:
+        statistics.label("nested containers")
+    if ex.kwargs:
+        statistics.label("keyword arguments")
+
+
 def explicit_cast_examples(target: Target) -> list[CastExample]:
     """Examples always run first: the nestings past implementations got wrong.
 
@@ -284,19 +334,29 @@ def explicit_cast_examples(target: Target) -> list[CastExample]:
 
 
 def check_cast_inputs_property(target: Target, amp_dtype: torch.dtype,
-                               settings: Settings) -> None:
-    """custom_fwd's cast_inputs over generated nested inputs; raise on the shrunk failure."""
-    def cast_inputs_property(example: CastExample) -> None:
-        check_cast_example(target, amp_dtype, example)
+                               settings: Settings) -> statistics.Reach:
+    """custom_fwd's cast_inputs over generated nested inputs; raise on the shrunk failure.
 
-    cast_inputs_property.__name__ = cast_inputs_property.__qualname__ = (
-        f"custom_fwd_cast_inputs_{devices.dtype_name(amp_dtype)}"
-    )
+    Each example runs as cast, then (:func:`variants`) in a disabled region and without
+    cast_inputs. Returns what the examples exercised (``statistics``)."""
+    def cast_inputs_property(example: CastExample) -> None:
+        with statistics.example():
+            label_cast_example(target, example)
+            if CAST_PAYLOAD in statistics.current():
+                statistics.label(statistics.CORE)
+            for call in variants(example):
+                label_cast_example(target, call)
+                check_cast_example(target, amp_dtype, call)
+
+    name = f"custom_fwd_cast_inputs_{devices.dtype_name(amp_dtype)}"
+    cast_inputs_property.__name__ = cast_inputs_property.__qualname__ = name
     test = given(example=cast_examples(target))(cast_inputs_property)
     for known in reversed(explicit_cast_examples(target)):
         test = example(example=known)(test)
-    with target.tensors():  # one context for the run (a FakeTensorMode is costly to make)
+    # One tensor context for the run (a FakeTensorMode is costly to make).
+    with statistics.tallied(f"{name} on {target}") as reach, target.tensors():
         settings(test)()
+    return reach
 
 
 # -- backward ------------------------------------------------------------------------

@@ -13,7 +13,8 @@ behaves exactly like the op with autocast off on inputs cast by hand:
 * ``promote``: eligible inputs to the widest eligible type.
 
 Which ops are tried is data: the device's op lists say which ops have which policy; the
-table :data:`FORMS` below only says how to call an op with tensors of generated sizes.
+table :data:`FORMS` (in ``strategies``) only says how to call an op with tensors of
+generated sizes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from hypothesis import event, given
+from hypothesis import given, reject
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -34,9 +35,11 @@ from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in, widest_eligible
 from amp_conformance.core.compare import tolerance_kwargs
 from amp_conformance.core.errors import ConformanceFailure, first_line
+from amp_conformance.core.probes import CastCounter
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target
-from amp_conformance.properties import strategies
+from amp_conformance.properties import statistics, strategies
+from amp_conformance.properties.strategies import FORMS, ONE_DTYPE, Lit, Many, Sizes, tensor_count
 from amp_conformance.schema.oplist import Entry, variants
 
 #: The policies these properties cover, and the name a failure reports.
@@ -44,90 +47,6 @@ POLICIES = {
     "lower": "lower-precision policy casts only eligible inputs",
     "fp32": "fp32 policy casts eligible inputs to float32",
     "promote": "promote policy casts eligible inputs to the widest eligible type",
-}
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Generated sizes the call forms draw their shapes from (small: the rule, not the kernel)."""
-
-    b: int
-    m: int
-    k: int
-    n: int
-    count: int
-
-
-@dataclass(frozen=True)
-class Lit:
-    """A literal (non-tensor) argument."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Many:
-    """A list of tensors of these shapes (cat, stack)."""
-
-    shapes: tuple[tuple[int, ...], ...]
-
-
-def _unary(s: Sizes) -> tuple:
-    return ((s.m, s.n),)
-
-
-def _pair(s: Sizes) -> tuple:
-    return ((s.m, s.n), (s.m, s.n))
-
-
-def _vectors(count: int) -> Callable[[Sizes], tuple]:
-    return lambda s: ((s.n,),) * count
-
-
-def _with_dim(dim: int) -> Callable[[Sizes], tuple]:
-    return lambda s: ((s.m, s.n), Lit(dim))
-
-
-def _matmul(s: Sizes) -> tuple:
-    return ((s.m, s.k), (s.k, s.n))
-
-
-#: How the properties call an op (keyed by the op name of its op-list entries): the
-#: argument list as tensor shapes (a tuple of ints), lists of tensors, and literals.
-FORMS: dict[str, Callable[[Sizes], tuple]] = {
-    # lower precision
-    "mm": _matmul,
-    "matmul": _matmul,
-    "__matmul__": _matmul,
-    "bmm": lambda s: ((s.b, s.m, s.k), (s.b, s.k, s.n)),
-    "baddbmm": lambda s: ((s.b, s.m, s.n), (s.b, s.m, s.k), (s.b, s.k, s.n)),
-    "addbmm": lambda s: ((s.m, s.n), (s.b, s.m, s.k), (s.b, s.k, s.n)),
-    "addmm": lambda s: ((s.m, s.n), (s.m, s.k), (s.k, s.n)),
-    "linear": lambda s: ((s.m, s.k), (s.n, s.k), (s.n,)),
-    "conv1d": lambda s: ((s.b, s.k, s.m + 2), (s.n, s.k, 3)),
-    # fp32
-    "mse_loss": _pair,
-    "l1_loss": _pair,
-    "smooth_l1_loss": _pair,
-    "huber_loss": _pair,
-    "soft_margin_loss": _pair,
-    "binary_cross_entropy_with_logits": _pair,
-    "exp": _unary,
-    "expm1": _unary,
-    "sinh": _unary,
-    "cosh": _unary,
-    "sum": _unary,
-    "softmax": _with_dim(0),
-    "log_softmax": _with_dim(0),
-    "cumsum": _with_dim(0),
-    "logsumexp": _with_dim(1),
-    # promote
-    "cat": lambda s: (Many(((s.m, s.n),) * s.count),),
-    "stack": lambda s: (Many(((s.m, s.n),) * s.count),),
-    "addcmul": _vectors(3),
-    "addcdiv": _vectors(3),
-    "atan2": _vectors(2),
-    "dot": _vectors(2),
 }
 
 
@@ -144,14 +63,9 @@ class Candidate:
         return self.entry.op
 
 
-def candidates(
-    target: Target,
-    amp_dtype: torch.dtype,
-    policy: str,
-    oplists: tuple[str, ...] = (),
-    numerics: str = "bitwise",
-    ops: Sequence[str] | None = None,
-) -> list[Candidate]:
+def candidates(target: Target, amp_dtype: torch.dtype, policy: str,
+               oplists: tuple[str, ...] = (), numerics: str = "bitwise",
+               ops: Sequence[str] | None = None) -> list[Candidate]:
     """The ops to try: the device's entries of ``policy`` that apply here and FORMS knows."""
     found: dict[str, Candidate] = {}
     for entry in load_oplist(target.device, oplists).entries:
@@ -179,16 +93,29 @@ class Example:
     seed: int
 
 
-@st.composite
-def examples(draw: Callable, target: Target, ops: Sequence[str]) -> Example:
-    """An op and arguments for it: sizes, then per-tensor dtype, device and fill."""
-    op = draw(st.sampled_from(tuple(ops)))
-    sizes = draw(st.builds(Sizes, *(st.integers(1, 4) for _ in range(4)), st.integers(1, 3)))
-    form = FORMS[op](sizes)
+def _eligible_pool(policy: str, amp_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """Eligible dtypes to draw: any floating type, but for promote only float32 and the
+    autocast dtype (PyTorch leaves the other lower-precision type undefined there)."""
+    return (torch.float32, amp_dtype) if policy == "promote" else strategies.FLOATING
+
+
+def _foreign_dtypes(policy: str, amp_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """Dtypes for another device's tensors that the policy would change were they eligible,
+    so a kernel blind to the device is seen casting them."""
+    if policy == "lower":
+        return tuple(d for d in strategies.FLOATING if d != amp_dtype)
+    return (amp_dtype,) if policy == "promote" else devices.LOWER_DTYPES
+
+
+def _call(draw: Callable, target: Target, policy: str, amp_dtype: torch.dtype, op: str,
+          form: tuple, mix: str) -> Example:
+    """One call of ``op`` in its ``form`` with tensors of ``mix``."""
+    dtypes, where = strategies.draw_inputs(
+        draw, target, tensor_count(form), mix, _eligible_pool(policy, amp_dtype),
+        _foreign_dtypes(policy, amp_dtype), torch.float32 if policy == "promote" else None,
+        uniform=op in ONE_DTYPE)
     shapes = [s for item in form for s in (item.shapes if isinstance(item, Many) else [item])
               if not isinstance(s, Lit)]
-    dtypes = draw(strategies.input_dtypes(len(shapes)))
-    where = draw(strategies.input_device_lists(target, len(shapes)))
     recipes = iter([
         strategies.TensorRecipe(shape, dtype, device, draw(strategies.fills()))
         for shape, dtype, device in zip(shapes, dtypes, where, strict=True)
@@ -202,6 +129,38 @@ def examples(draw: Callable, target: Target, ops: Sequence[str]) -> Example:
         else:
             args.append(next(recipes))
     return Example(op, tuple(args), draw(strategies.seeds()))
+
+
+#: At least two tensors in a list (cat, stack), so the list can mix devices.
+_SIZES = st.builds(Sizes, *(st.integers(1, 4) for _ in range(4)), st.integers(2, 3))
+
+
+def examples(target: Target, ops: Sequence[str], policy: str = "lower",
+             amp_dtype: torch.dtype = torch.bfloat16) -> st.SearchStrategy[tuple[Example, ...]]:
+    """Three calls per example, one per mix of :data:`strategies.MIXES`: an op with every
+    input eligible, the same op with an ineligible dtype, and a device mix (of the same op
+    where it takes two tensors or more, else of another op that does). Every call has a
+    tensor of the device under test first, so the device's Autocast kernel is entered.
+
+    A call per mix, rather than a mix (or an op) drawn per example, makes the share of
+    examples that reach each assertion a property of the generator, not of the run's
+    luck: Hypothesis draws in clumps, and a drawn mix left some runs without any device mix.
+    """
+    mixing = tuple(op for op in ops if tensor_count(FORMS[op](Sizes(1, 1, 1, 1, 2))) > 1)
+
+    @st.composite
+    def calls(draw: Callable) -> tuple[Example, ...]:
+        op = draw(strategies.sampled(tuple(ops)))
+        sizes = draw(_SIZES)
+        found = [_call(draw, target, policy, amp_dtype, op, FORMS[op](sizes), mix)
+                 for mix in strategies.MIXES[:2]]
+        if mixing:
+            other = op if op in mixing else draw(strategies.sampled(mixing))
+            found.append(_call(draw, target, policy, amp_dtype, other, FORMS[other](sizes),
+                               strategies.MIXES[2]))
+        return tuple(found)
+
+    return calls()
 
 
 # -- running one example -------------------------------------------------------------
@@ -271,91 +230,137 @@ def _values_problem(out: Any, control: Any, numerics: str, tolerance: Any) -> st
 
 
 def reproduction(target: Target, amp_dtype: torch.dtype, cand: Candidate, example: Example,
-                 cast_to: torch.dtype | None) -> str:
-    dev, fake = target.device, target.fake
-    if cand.name.startswith("Tensor."):
-        fn = f"fn = lambda first, *rest: first.{cand.op}(*rest)"
-    else:
-        fn = f"fn = {cand.name}"
-    body = [
-        f"g = torch.Generator().manual_seed({example.seed})",
-        f"args = {strategies.render(example.args, fake=fake)}",
-        fn,
-    ]
-    if fake:
-        body += [f"with target.autocast({amp_dtype}):", "    out = fn(*args)"]
-    else:
-        body += [f"with torch.autocast({dev!r}, dtype={amp_dtype}):", "    out = fn(*args)"]
-    control = (f"fn(*hand_cast(args, {cast_to}, {dev!r}))" if cast_to is not None
-               else "fn(*args)")
-    body += [f"control = {control}  # autocast off, eligible inputs cast by hand",
-             "print(out, control)"]
-    head = ["import torch", "from amp_conformance.core.casting import hand_cast"]
-    if fake:
-        head += ["from amp_conformance.core.target import Target",
-                 f"target = Target({dev!r}, fake=True)", "with target.tensors():"]
-        body = ["    " + line for line in body]
-    return "\n".join("    " + line for line in head + body)
+                 cast_to: torch.dtype | None, count_casts: bool = False) -> str:
+    fn = (f"lambda first, *rest: first.{cand.op}(*rest)" if cand.name.startswith("Tensor.")
+          else cand.name)
+    return strategies.call_reproduction(fn, example.args, example.seed, target, amp_dtype,
+                                        cast_to, count_casts)
 
 
-def check_example(
-    target: Target,
-    amp_dtype: torch.dtype,
-    policy: str,
-    cand: Candidate,
-    example: Example,
-    *,
-    values: bool,
-    numerics: str = "bitwise",
-) -> None:
-    """Run one example under autocast and as the hand-cast control; raise on a departure."""
+@dataclass(frozen=True)
+class Run:
+    """One example run: its inputs, both outcomes, and the casts each made of every
+    ineligible input (``_to_copy`` calls, in input order)."""
+
+    args: tuple
+    cast_to: torch.dtype | None
+    inside: Outcome
+    control: Outcome
+    ineligible: tuple[torch.Tensor, ...]
+    inside_casts: tuple[tuple, ...]
+    control_casts: tuple[tuple, ...]
+
+
+def _casts_of(tensors: Sequence[torch.Tensor], fn: Callable[..., Any], args: tuple
+              ) -> tuple[Outcome, tuple[tuple, ...]]:
+    """``fn(*args)``'s outcome, and the dtypes each of ``tensors`` was converted to."""
+    with contextlib.ExitStack() as stack:
+        counters = [stack.enter_context(CastCounter(t)) for t in tensors]
+        outcome = _run(fn, args)
+    return outcome, tuple(tuple(c.casts) for c in counters)
+
+
+def run_example(target: Target, amp_dtype: torch.dtype, policy: str, cand: Candidate,
+                example: Example) -> Run:
+    """Run ``example`` under autocast and as the hand-cast control (autocast off)."""
     dev = target.device
     g = torch.Generator().manual_seed(example.seed)
     with unchanged_autocast_state(dev, f"the {policy} property on {cand.name}"):
         args = strategies.materialize(example.args, g, target.fake)
         cast_to = cast_dtype(policy, amp_dtype, args, dev)
+        # Every ineligible tensor once; the control is handed the very same objects.
+        ineligible = tuple({id(t): t for t in tensors_in(args) if not is_eligible(t, dev)}
+                           .values())
         with target.autocast(amp_dtype):
-            inside = _run(cand.fn, args)
+            inside, inside_casts = _casts_of(ineligible, cand.fn, args)
         control_args = hand_cast(args, cast_to, dev) if cast_to is not None else args
-        control = _run(cand.fn, control_args)
+        # The op's own conversions count on both sides; where autocast made none (the
+        # rule kept), the control need not be counted (counting costs a dispatch mode).
+        counted = ineligible if any(inside_casts) else ()
+        control, control_casts = _casts_of(counted, cand.fn, control_args)
+        control_casts = control_casts or ((),) * len(ineligible)
+    return Run(args, cast_to, inside, control, ineligible, inside_casts, control_casts)
 
-    def fail(problem: str) -> None:
+
+def _kind(run: Run, device: str) -> str:
+    """What the call put in the device's kernel beside eligible tensors (cf. MIXES)."""
+    if any(t.device.type != device for t in tensors_in(run.args)):
+        return "device mix"
+    return "ineligible dtype" if run.ineligible else "all eligible"
+
+
+def check_example(target: Target, amp_dtype: torch.dtype, policy: str, cand: Candidate,
+                  example: Example, *, values: bool, numerics: str = "bitwise") -> bool:
+    """Run one call under autocast and as the hand-cast control; raise on a departure.
+
+    Returns whether the call reached a core assertion: the outputs were compared, or,
+    where both sides raise, the call mixed devices (the casts of another device's
+    tensors inside the device's kernel are what it tests). A call where both sides raise
+    without that tested only the casts of its ineligible inputs, and does not count.
+    """
+    run = run_example(target, amp_dtype, policy, cand, example)
+
+    def fail(problem: str, count_casts: bool = False) -> None:
         raise ConformanceFailure(
             f"{POLICIES[policy]} [{policy}]: {cand.name} on {target}, autocast dtype "
-            f"{amp_dtype}, inputs {_describe(args)}:\n  {problem}\n"
-            f"  under autocast: {inside}\n  hand-cast control (inputs cast to {cast_to}): "
-            f"{control}\n  reproduce:\n"
-            f"{reproduction(target, amp_dtype, cand, example, cast_to)}"
+            f"{amp_dtype}, inputs {_describe(run.args)}:\n  {problem}\n"
+            f"  under autocast: {run.inside}\n  hand-cast control (inputs cast to "
+            f"{run.cast_to}): {run.control}\n  reproduce:\n"
+            f"{reproduction(target, amp_dtype, cand, example, run.cast_to, count_casts)}"
         )
 
-    undefined = policy == "promote" and not promote_defined(args, dev, amp_dtype)
-    eligible_only = _all_floating_eligible(args, dev)
-    # Reported by --hypothesis-show-statistics: how often examples exercise what.
-    event(f"{cand.op}: " + ("both raise" if inside.error and control.error else
-                            "runs" if not inside.error else "autocast raises"))
-    event("every floating input eligible" if eligible_only else "some input ineligible")
-    if undefined and isinstance(inside.error, RuntimeError):
-        return  # at::autocast::prioritize refuses this mix; see promote_defined
-    if inside.error is not None or control.error is not None:
-        if inside.error is None:
+    dev = target.device
+    kind = _kind(run, dev)
+    statistics.label(kind)
+    for t, got, want in zip(run.ineligible, run.inside_casts, run.control_casts, strict=True):
+        if got != want:
+            fail(f"autocast cast an ineligible input, a {t.dtype} tensor on {t.device.type}: "
+                 f"converted to {list(got)} under autocast, to {list(want)} in the control; "
+                 f"only floating, non-float64 tensors of {dev} are eligible", count_casts=True)
+    undefined = policy == "promote" and not promote_defined(run.args, dev, amp_dtype)
+    if undefined:
+        statistics.label("promote undefined for this mix")
+        if isinstance(run.inside.error, RuntimeError):
+            return False  # at::autocast::prioritize refuses this mix; see promote_defined
+    if run.inside.error is not None or run.control.error is not None:
+        if run.inside.error is None:
             fail("autocast ran a call that fails on hand-cast inputs: it cast an input the "
                  "policy leaves alone, or left one it casts")
-        if control.error is None:
+        if run.control.error is None:
             fail("autocast raised where the op runs on hand-cast inputs")
-        if type(inside.error) is not type(control.error):
+        if type(run.inside.error) is not type(run.control.error):
             fail("autocast and the control fail differently")
-        return
-    got = [(t.dtype, tuple(t.shape), t.device.type) for t in tensors_in(inside.value)]
-    want = [(t.dtype, tuple(t.shape), t.device.type) for t in tensors_in(control.value)]
+        statistics.label(f"{kind} call: both raised")
+        if kind != "device mix":
+            return False  # both raise, and no other device's tensor was in the kernel
+        statistics.label("device mix call: casts of the other device's tensors counted")
+        return True
+    statistics.label(f"{kind} call: outputs compared")
+    _compare_outputs(target, cand, run, fail, undefined=undefined, values=values,
+                     numerics=numerics)
+    return True
+
+
+def _compare_outputs(target: Target, cand: Candidate, run: Run, fail: Callable[[str], None],
+                     *, undefined: bool, values: bool, numerics: str) -> None:
+    """Both sides ran: the same outputs (dtype, shape, device), the policy's dtype when
+    every floating input is eligible (and the promote rule defined), and (``values``) the
+    same values."""
+    got = [(t.dtype, tuple(t.shape), t.device.type) for t in tensors_in(run.inside.value)]
+    want = [(t.dtype, tuple(t.shape), t.device.type) for t in tensors_in(run.control.value)]
     if got != want:
         fail(f"outputs (dtype, shape, device) {got}, the hand-cast control gives {want}")
-    if cast_to is not None and eligible_only and not undefined:
+    if run.cast_to is not None and _all_floating_eligible(run.args, target.device) \
+            and not undefined:
+        statistics.label("output dtype asserted")
         floating = [d for d, _, _ in got if d.is_floating_point]
-        if any(d != cast_to for d in floating):
-            fail(f"every floating input is eligible, so the output should be {cast_to}; "
+        if any(d != run.cast_to for d in floating):
+            fail(f"every floating input is eligible, so the output should be {run.cast_to}; "
                  f"got {floating}")
-    if values and not _symbolic(target, args, inside.value):
-        problem = _values_problem(inside.value, control.value, numerics, cand.entry.tolerance)
+    if values and not _symbolic(target, run.args, run.inside.value):
+        statistics.label("values compared")
+        problem = _values_problem(run.inside.value, run.control.value, numerics,
+                                  cand.entry.tolerance)
         if problem:
             fail(problem)
 
@@ -370,11 +375,12 @@ def check_policy_property(
     numerics: str = "bitwise",
     oplists: tuple[str, ...] = (),
     ops: Sequence[str] | None = None,
-) -> None:
+) -> statistics.Reach:
     """Check ``policy`` on generated examples; raise ConformanceFailure on the shrunk one.
 
     ``values`` adds the bitwise (or close) comparison with the control; without it only
     outcomes, dtypes, shapes and devices are compared, which fake tensors support.
+    Returns what the examples exercised (:mod:`amp_conformance.properties.statistics`).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; properties cover {', '.join(POLICIES)}")
@@ -384,18 +390,25 @@ def check_policy_property(
     if not cands:
         raise ValueError(f"no op of the {policy} policy in the {target.device} op lists that "
                          "the properties can call")
-    def policy_property(example: Example) -> None:
-        check_example(target, amp_dtype, policy, cands[example.op], example,
-                      values=values, numerics=numerics)
+
+    def policy_property(example: tuple[Example, ...]) -> None:
+        with statistics.example():
+            reached = [check_example(target, amp_dtype, policy, cands[call.op], call,
+                                     values=values, numerics=numerics) for call in example]
+            if not any(reached):
+                reject()  # every call raised on both sides: nothing but casts was tested
+            statistics.label(statistics.CORE)
 
     # Named for the report: "Falsifying example: lower_policy_bfloat16(example=...)".
-    policy_property.__name__ = policy_property.__qualname__ = (
-        f"{policy}_policy_{devices.dtype_name(amp_dtype)}"
-    )
+    name = f"{policy}_policy_{devices.dtype_name(amp_dtype)}"
+    policy_property.__name__ = policy_property.__qualname__ = name
+    generated = examples(target, sorted(cands), policy, amp_dtype)
     # One tensor context (FakeTensorMode when fake) for the whole run: making one costs
     # far more than an example; Hypothesis itself creates no tensors inside it.
-    with _quiet_fake_tensor_log(), target.tensors():
-        settings(given(example=examples(target, sorted(cands)))(policy_property))()
+    with statistics.tallied(f"{name} on {target}") as reach, _quiet_fake_tensor_log(), \
+            target.tensors():
+        settings(given(example=generated)(policy_property))()
+    return reach
 
 
 @contextlib.contextmanager

@@ -8,8 +8,9 @@ very same inputs, and Hypothesis prints and shrinks readable values instead of t
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,10 @@ INPUT_DTYPES = FLOATING + INELIGIBLE_FLOATING + INTEGER + (torch.bool,)
 FILLS = ("randn", "large", "tiny", "special")
 _SCALE = {"large": "1e5", "tiny": "1e-30"}
 SPECIAL_VALUES = (float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 65504.0, 1e-40, -3.5)
+
+#: ``st.sampled_from``, one strategy per sequence: the generators draw from the same few
+#: sequences thousands of times, and making a strategy costs more than drawing from it.
+sampled = functools.cache(st.sampled_from)
 
 
 def _dtype_src(dtype: torch.dtype) -> str:
@@ -137,6 +142,39 @@ def render(value: Any, g: str = "g", fake: bool = False) -> str:
     return repr(value)
 
 
+def call_reproduction(fn: str, args: Any, seed: int, target: Target, amp_dtype: torch.dtype,
+                      cast_to: torch.dtype | None, count_casts: bool = False) -> str:
+    """Python source that rebuilds ``args`` (recipes), calls ``fn`` (source) under autocast
+    and as the hand-cast control, and prints both; ``count_casts``: instead, prints the
+    conversions autocast made of each ineligible input. What a failure shows to reproduce."""
+    dev, fake = target.device, target.fake
+    region = (f"target.autocast({amp_dtype})" if fake
+              else f"torch.autocast({dev!r}, dtype={amp_dtype})")
+    control = f"fn(*hand_cast(args, {cast_to}, {dev!r}))" if cast_to is not None else "fn(*args)"
+    head = ["import torch", "from amp_conformance.core.casting import hand_cast"]
+    body = [f"g = torch.Generator().manual_seed({seed})", f"args = {render(args, fake=fake)}",
+            f"fn = {fn}"]
+    if count_casts:
+        head += ["import contextlib", "from amp_conformance.core.casting import is_eligible, "
+                 "tensors_in", "from amp_conformance.core.probes import CastCounter"]
+        body += [f"counters = [CastCounter(t) for t in tensors_in(args) "
+                 f"if not is_eligible(t, {dev!r})]",
+                 f"with {region}, contextlib.ExitStack() as stack:",
+                 "    for c in counters:", "        stack.enter_context(c)",
+                 "    with contextlib.suppress(Exception):  # it may then refuse the inputs",
+                 "        fn(*args)",
+                 "print('casts of the ineligible inputs:', [c.casts for c in counters])"]
+    else:
+        body += [f"with {region}:", "    out = fn(*args)",
+                 f"control = {control}  # autocast off, eligible inputs cast by hand",
+                 "print(out, control)"]
+    if fake:
+        head += ["from amp_conformance.core.target import Target",
+                 f"target = Target({dev!r}, fake=True)", "with target.tensors():"]
+        body = ["    " + line for line in body]
+    return "\n".join("    " + line for line in head + body)
+
+
 # -- strategies ----------------------------------------------------------------------
 
 
@@ -151,30 +189,84 @@ def input_devices(target: Target) -> st.SearchStrategy[str]:
     return st.sampled_from((dev, dev, dev, other))
 
 
-def input_device_lists(target: Target, n: int) -> st.SearchStrategy[tuple[str, ...]]:
-    """Devices of ``n`` inputs: all on the device under test (most often), all on the
-    other device (autocast must cast none of them), or mixed input by input."""
-    dev, other = devices_for(target)
-    return st.one_of(
-        st.just((dev,) * n),
-        st.just((other,) * n),
-        st.lists(input_devices(target), min_size=n, max_size=n).map(tuple),
-    )
+@st.composite
+def _mixed_devices(draw: Any, dev: str, other: str, n: int) -> tuple[str, ...]:
+    rest = [draw(sampled((other, dev))) for _ in range(n - 1)]
+    rest[draw(sampled(tuple(range(n - 1))))] = other
+    return (dev, *rest)
+
+
+@functools.cache
+def mixed_device_lists(target: Target, n: int) -> st.SearchStrategy[tuple[str, ...]]:
+    """Devices of ``n >= 2`` inputs that mix devices: the first (the tensor the call
+    dispatches on) on the device under test, so its Autocast kernel is entered, and at
+    least one of the others on the other device, an ineligible tensor inside that kernel."""
+    if n < 2:
+        raise ValueError("a call of one tensor cannot mix devices")
+    return _mixed_devices(*devices_for(target), n)
+
+
+#: Dtypes that make a tensor of the device ineligible, float64 (which every op takes)
+#: weighted above the integers and bool (which many floating ops refuse).
+INELIGIBLE_DTYPES = (torch.float64,) * 3 + (torch.int64, torch.int32, torch.uint8, torch.bool)
+
+
+@st.composite
+def _with_ineligible(draw: Any, n: int, eligible: tuple[torch.dtype, ...]) -> tuple:
+    bad = draw(sampled(INELIGIBLE_DTYPES))
+    if n == 1:
+        return (bad,)
+    rest = [draw(sampled((*eligible, bad))) for _ in range(n - 1)]
+    rest[draw(sampled(tuple(range(n - 1))))] = bad
+    return (draw(sampled(eligible)), *rest)
+
+
+@functools.cache  # built once per arguments: a strategy is costly to make
+def ineligible_dtype_lists(
+    n: int, eligible: tuple[torch.dtype, ...] = FLOATING, uniform: bool = False
+) -> st.SearchStrategy[tuple[torch.dtype, ...]]:
+    """Dtypes of ``n`` inputs with an ineligible one (float64, an integer, bool): the
+    first eligible (many ops refuse an integer first input but promote a later one), at
+    least one of the others ineligible. ``uniform``: all of one ineligible dtype (bool
+    left out), for ops whose inputs must share a dtype, where any mix raises."""
+    if uniform:
+        return st.sampled_from(INELIGIBLE_DTYPES[:-1]).map(lambda d: (d,) * n)
+    return _with_ineligible(n, tuple(eligible))
+
+
+#: What a call puts beside eligible tensors of the device under test: nothing, an
+#: ineligible dtype (float64, an integer, bool), or tensors of another device.
+MIXES = ("all eligible", "ineligible dtype", "device mix")
+
+
+def draw_inputs(draw: Any, target: Target, n: int, mix: str, eligible: Sequence[torch.dtype],
+                foreign: Sequence[torch.dtype], first: torch.dtype | None = None,
+                uniform: bool = False) -> tuple[tuple, tuple]:
+    """(dtypes, devices) of a call's ``n`` tensors for one of :data:`MIXES`: ``eligible``
+    dtypes for tensors of the device, ``foreign`` ones for the other device's (in a device
+    mix the first tensor is the device's, of dtype ``first`` if given); ``uniform``, see
+    :func:`ineligible_dtype_lists`."""
+    dev, eligible, foreign = target.device, tuple(eligible), tuple(foreign)
+    if mix == "all eligible":
+        return tuple(draw(sampled(eligible)) for _ in range(n)), (dev,) * n
+    if mix == "ineligible dtype":
+        return draw(ineligible_dtype_lists(n, eligible, uniform)), (dev,) * n
+    where = draw(mixed_device_lists(target, n))
+    head = first if first is not None else draw(sampled(eligible))
+    rest = [draw(sampled(foreign if d != dev else eligible)) for d in where[1:]]
+    return (head, *rest), where
+
+
+_FILLS = st.sampled_from(FILLS)
+_SEEDS = st.integers(0, 2**16)
 
 
 def fills() -> st.SearchStrategy[str]:
-    return st.sampled_from(FILLS)
+    return _FILLS
 
 
 def seeds() -> st.SearchStrategy[int]:
-    return st.integers(0, 2**16)
-
-
-def input_dtypes(n: int, pool: Sequence[torch.dtype] = INPUT_DTYPES) -> st.SearchStrategy:
-    """Dtypes of ``n`` inputs: all the same (any of the pool), or mixed, input by input."""
-    uniform = st.sampled_from(tuple(pool)).map(lambda d: (d,) * n)
-    mixed = st.lists(st.sampled_from(tuple(pool)), min_size=n, max_size=n).map(tuple)
-    return st.one_of(uniform, mixed)
+    return _SEEDS
 
 
 def tensor_recipes(
@@ -210,16 +302,169 @@ def passthrough_leaves() -> st.SearchStrategy:
     )
 
 
-def payloads(target: Target) -> st.SearchStrategy:
-    """Arbitrarily nested lists, tuples and dicts of tensors and pass-through leaves."""
-    leaves = st.one_of(tensor_recipes(target), passthrough_leaves())
-    keys = st.text(alphabet="abcxyz", min_size=1, max_size=3)
-    return st.recursive(
-        leaves,
-        lambda children: st.one_of(
-            st.lists(children, max_size=3),
-            st.lists(children, max_size=3).map(tuple),
-            st.dictionaries(keys, children, max_size=3),
-        ),
-        max_leaves=8,
-    )
+# -- payloads that must be cast ------------------------------------------------------
+
+SHAPES = ((2,), (2, 2), (3,), ())
+_KEYS = st.text(alphabet="abcxyz", min_size=1, max_size=3)
+
+
+def castable_recipes(target: Target, cast_to: torch.dtype) -> st.SearchStrategy[TensorRecipe]:
+    """Eligible tensors (floating, not float64, of the device) whose dtype ``cast_to`` changes."""
+    dtypes = tuple(d for d in FLOATING if d != cast_to)
+    return st.builds(TensorRecipe, st.sampled_from(SHAPES), st.sampled_from(dtypes),
+                     st.just(target.device), fills())
+
+
+def ineligible_recipes(target: Target, cast_to: torch.dtype,
+                       foreign: bool) -> st.SearchStrategy[TensorRecipe]:
+    """Tensors a cast must leave alone: ``foreign``, a floating tensor of the other device
+    that ``cast_to`` would change were it eligible; else float64, an integer or bool of
+    the device."""
+    dev, other = devices_for(target)
+    if foreign:
+        dtypes = tuple(d for d in FLOATING if d != cast_to)
+        return st.builds(TensorRecipe, st.sampled_from(SHAPES), st.sampled_from(dtypes),
+                         st.just(other), fills())
+    return st.builds(TensorRecipe, st.sampled_from(SHAPES),
+                     st.sampled_from(INELIGIBLE_FLOATING + INTEGER + (torch.bool,)),
+                     st.just(dev), fills())
+
+
+def _split(draw: Any, items: list, most: int) -> list[list]:
+    """``items`` cut into 1 to ``most`` consecutive non-empty groups."""
+    k = draw(st.integers(1, min(most, len(items))))
+    cuts = sorted(draw(st.lists(st.integers(1, len(items) - 1), min_size=k - 1,
+                                max_size=k - 1, unique=True))) if k > 1 else []
+    bounds = [0, *cuts, len(items)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@st.composite
+def nested(draw: Any, leaves: list, depth: int = 0) -> Any:
+    """Every one of ``leaves``, in order, spread over nested lists, tuples and dicts (at
+    most three deep)."""
+    if len(leaves) == 1 and (depth >= 3 or draw(st.booleans())):
+        return leaves[0]
+    groups = [[leaf] for leaf in leaves] if depth >= 3 else _split(draw, leaves, 3)
+    children = [draw(nested(group, depth + 1)) for group in groups]
+    kind = draw(st.sampled_from(("list", "tuple", "dict")))
+    if kind == "dict":
+        keys = draw(st.lists(_KEYS, min_size=len(children), max_size=len(children), unique=True))
+        return dict(zip(keys, children, strict=True))
+    return children if kind == "list" else tuple(children)
+
+
+@st.composite
+def cast_payloads(draw: Any, target: Target, cast_to: torch.dtype) -> list:
+    """One to three values holding, nested anywhere, at least one tensor ``cast_to`` must
+    change, a float64/integer/bool tensor of the device, a floating tensor of the other
+    device, a numpy array, an opaque object, and up to three more leaves of any kind:
+    every example tests both that the cast happens and what it must leave alone."""
+    leaves = [
+        *draw(st.lists(castable_recipes(target, cast_to), min_size=1, max_size=2)),
+        draw(ineligible_recipes(target, cast_to, foreign=False)),
+        draw(ineligible_recipes(target, cast_to, foreign=True)),
+        draw(_arrays()),
+        Opaque(),
+        *draw(st.lists(st.one_of(tensor_recipes(target), passthrough_leaves()), max_size=3)),
+    ]
+    leaves = list(draw(st.permutations(leaves)))
+    return [draw(nested(group, 1)) for group in _split(draw, leaves, 3)]
+
+
+# -- how the policy properties call an op -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Generated sizes the call forms draw their shapes from (small: the rule, not the kernel)."""
+
+    b: int
+    m: int
+    k: int
+    n: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal (non-tensor) argument."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Many:
+    """A list of tensors of these shapes (cat, stack)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+
+
+def _unary(s: Sizes) -> tuple:
+    return ((s.m, s.n),)
+
+
+def _pair(s: Sizes) -> tuple:
+    return ((s.m, s.n), (s.m, s.n))
+
+
+def _vectors(count: int) -> Callable[[Sizes], tuple]:
+    return lambda s: ((s.n,),) * count
+
+
+def _with_dim(dim: int) -> Callable[[Sizes], tuple]:
+    return lambda s: ((s.m, s.n), Lit(dim))
+
+
+def _matmul(s: Sizes) -> tuple:
+    return ((s.m, s.k), (s.k, s.n))
+
+
+#: How the properties call an op (keyed by the op name of its op-list entries): the
+#: argument list as tensor shapes (a tuple of ints), lists of tensors, and literals.
+FORMS: dict[str, Callable[[Sizes], tuple]] = {
+    # lower precision
+    "mm": _matmul,
+    "matmul": _matmul,
+    "__matmul__": _matmul,
+    "bmm": lambda s: ((s.b, s.m, s.k), (s.b, s.k, s.n)),
+    "baddbmm": lambda s: ((s.b, s.m, s.n), (s.b, s.m, s.k), (s.b, s.k, s.n)),
+    "addbmm": lambda s: ((s.m, s.n), (s.b, s.m, s.k), (s.b, s.k, s.n)),
+    "addmm": lambda s: ((s.m, s.n), (s.m, s.k), (s.k, s.n)),
+    "linear": lambda s: ((s.m, s.k), (s.n, s.k), (s.n,)),
+    "conv1d": lambda s: ((s.b, s.k, s.m + 2), (s.n, s.k, 3)),
+    # fp32
+    "mse_loss": _pair,
+    "l1_loss": _pair,
+    "smooth_l1_loss": _pair,
+    "huber_loss": _pair,
+    "soft_margin_loss": _pair,
+    "binary_cross_entropy_with_logits": _pair,
+    "exp": _unary,
+    "expm1": _unary,
+    "sinh": _unary,
+    "cosh": _unary,
+    "sum": _unary,
+    "softmax": _with_dim(0),
+    "log_softmax": _with_dim(0),
+    "cumsum": _with_dim(0),
+    "logsumexp": _with_dim(1),
+    # promote
+    "cat": lambda s: (Many(((s.m, s.n),) * s.count),),
+    "stack": lambda s: (Many(((s.m, s.n),) * s.count),),
+    "addcmul": _vectors(3),
+    "addcdiv": _vectors(3),
+    "atan2": _vectors(2),
+    "dot": _vectors(2),
+}
+
+
+#: Ops whose inputs must share one dtype (after the policy's casts): an ineligible dtype
+#: mixed into them makes both sides raise, so their ineligible examples use one dtype.
+ONE_DTYPE = frozenset({"mm", "matmul", "__matmul__", "bmm", "baddbmm", "addbmm", "addmm",
+                       "linear", "conv1d", "dot"})
+
+def tensor_count(form: tuple) -> int:
+    """How many tensors a call form takes."""
+    return sum(len(item.shapes) if isinstance(item, Many) else not isinstance(item, Lit)
+               for item in form)

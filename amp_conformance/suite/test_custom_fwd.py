@@ -14,7 +14,10 @@ pytestmark = pytest.mark.amp_check("custom_fwd")
 def test_cast_inputs(amp_target, amp_dtype):
     """cast_inputs casts the device's floating (not float64) tensors inside any nesting of
     lists, tuples and dicts, hands everything else over as the same object, and runs
-    forward with autocast off; outside an enabled region it does nothing."""
+    forward with autocast off; outside an enabled region it does nothing. Every generated
+    payload holds tensors it must change beside float64, integer, other-device tensors,
+    a numpy array and an opaque object, and is also passed outside an enabled region and
+    without cast_inputs."""
     custom_fwd.check_cast_inputs_property(
         amp_target, amp_dtype, profiles.selected()
     )

@@ -7,6 +7,7 @@ import torch
 
 from amp_conformance.core.probes import CastCounter
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.schema.argspec import other_device
 
 pytestmark = pytest.mark.amp_check("eligibility")
 
@@ -49,43 +50,51 @@ def test_integer_is_not_cast(amp_target, amp_dtype):
     assert mm == torch.int64, f"integer inputs of torch.mm were cast to {mm}"
 
 
-def test_other_device_is_not_cast(amp_target, amp_dtype):
-    """A tensor of another device in the same call (a cpu scalar) is never cast.
+def _probes(dev, amp_dtype):
+    """Calls that put a 0-dim tensor of another device in the device's Autocast kernel,
+    each with an eligible tensor the kernel must cast (proof that the kernel ran), and the
+    dtype the foreign tensor takes so that the policy would change it were it eligible."""
+    m = torch.ones(4, 4, device=dev)
+    v = torch.ones(4, device=dev)
+    h = torch.ones(4, device=dev, dtype=amp_dtype)
+    return {
+        # lower precision: m is cast to the autocast dtype, a float32 scalar would be too
+        "torch.addmm": (lambda s: torch.addmm(s, m, m), m, torch.float32),
+        # promote: h is widened to float32, an autocast-dtype scalar would be too
+        "torch.addcmul": (lambda s: torch.addcmul(v, h, s), h, amp_dtype),
+    }
 
-    Only a call that mixes devices reaches the device's autocast kernel with a foreign
-    tensor, so the probes pass a 0-dim cpu tensor, which ops accept beside device tensors,
-    in a dtype the policy would change if it counted as eligible.
+
+def test_other_device_is_not_cast(amp_target, amp_dtype):
+    """A tensor of another device in the same call is never cast.
+
+    A call that mixes devices and has a tensor of the device under test enters that
+    device's Autocast kernel whatever the others are (a cpu scalar beside cuda tensors;
+    on cpu, a meta tensor beside cpu tensors, where the call then fails on the device
+    mix). The kernel casts its inputs before the op runs, so counting the conversions
+    (``aten._to_copy``) of the foreign tensor decides it, whether or not the op then
+    accepts the mix; the cast of the eligible tensor beside it proves the kernel ran.
     """
     dev = amp_target.device
-    if dev == "cpu":
-        pytest.skip("not applicable on cpu: no other device type here whose tensors can share a "
-                    "call with cpu tensors (meta tensors never enter the AutocastCPU kernels)")
-    checked = []
+    other = other_device(dev)
+    checked, unreached = [], []
     with unchanged_autocast_state(dev, "the check"), amp_target.tensors():
-        m = torch.ones(4, 4, device=dev)
-        v = torch.ones(4, device=dev)
-        h = torch.ones(4, device=dev, dtype=amp_dtype)
-        probes = {
-            # lower precision: a float32 cpu scalar would be cast to the autocast dtype
-            "torch.addmm": (lambda s: torch.addmm(s, m, m), torch.float32),
-            # promote: an autocast-dtype cpu scalar would be widened to float32
-            "torch.addcmul": (lambda s: torch.addcmul(v, h, s), amp_dtype),
-        }
-        for name, (call, scalar_dtype) in probes.items():
-            scalar = torch.tensor(2.0, dtype=scalar_dtype)
-            try:
-                call(scalar)
-            except (RuntimeError, NotImplementedError):
-                continue  # the op refuses a cpu scalar here even without autocast
-            with amp_target.autocast(amp_dtype), CastCounter(scalar) as counter:
-                # Autocast casts before the op runs; an op that then refuses the mixed
-                # dtypes (a float32 scalar beside lower-precision matrices) is not at fault.
+        for name, (call, eligible, scalar_dtype) in _probes(dev, amp_dtype).items():
+            scalar = torch.tensor(2.0, dtype=scalar_dtype, device=other)
+            with amp_target.autocast(amp_dtype), CastCounter(scalar) as counter, \
+                    CastCounter(eligible) as proof:
+                # An op that refuses the mix once the kernel has cast (cpu beside meta,
+                # or a float32 scalar beside lower-precision matrices) is not at fault.
                 with contextlib.suppress(RuntimeError, NotImplementedError):
                     call(scalar)
+            if not proof.count:
+                unreached.append(name)
+                continue
             checked.append(name)
             assert counter.count == 0, (
-                f"{name}: a cpu tensor in the call was cast to {counter.casts} under {dev} "
-                "autocast; only tensors of the autocast device are eligible"
+                f"{name}: a {other} tensor in the call was cast to {counter.casts} under "
+                f"{dev} autocast; only tensors of the autocast device are eligible"
             )
     if not checked:
-        pytest.skip(f"no probe op accepts a cpu scalar beside {dev} tensors here")
+        pytest.skip(f"no probe entered the {dev} Autocast kernel with a {other} tensor: "
+                    f"{', '.join(unreached)} cast nothing here")

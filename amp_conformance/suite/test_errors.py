@@ -2,6 +2,7 @@
 
 import contextlib
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -116,11 +117,25 @@ def test_unavailable_cuda_warns_and_disables():
 
 
 def test_cuda_bfloat16_unsupported_raises(amp_target):
+    """torch.autocast('cuda', dtype=torch.bfloat16) raises where the GPU lacks bfloat16.
+
+    torch.autocast decides by asking ``torch.cuda.is_bf16_supported()``, whose answer counts
+    emulation: any GPU that can hold a bfloat16 tensor (every one current torch supports,
+    in practice) answers yes. A GPU without bfloat16 is then emulated by making that
+    question answer no, so the refusal is checked on every CUDA device, not only on one
+    nobody tests on.
+    """
     if amp_target.device != "cuda" or amp_target.fake:
-        pytest.skip("not applicable: a check of real CUDA devices")
-    if torch.cuda.is_bf16_supported():
-        pytest.skip("this CUDA device supports bfloat16")
+        pytest.skip("not applicable: only a real CUDA device reaches torch.autocast's bfloat16 "
+                    "check (without one, torch.autocast('cuda') warns that CUDA is unavailable "
+                    "and disables itself before asking)")
     m = _message("cuda_bf16_unsupported")
-    with pytest.raises(RuntimeError) as info:
-        torch.autocast("cuda", dtype=torch.bfloat16)
-    assert m.matches(str(info.value))
+    emulated = torch.cuda.is_bf16_supported()
+    without_bf16 = (mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+                    if emulated else contextlib.nullcontext())
+    call = "torch.autocast('cuda', dtype=torch.bfloat16)" + (
+        " (torch.cuda.is_bf16_supported() made to answer False)" if emulated else "")
+    with unchanged_autocast_state("cuda", "the check"), without_bf16:
+        with _must_raise(RuntimeError, call, "a CUDA device without bfloat16") as info:
+            torch.autocast("cuda", dtype=torch.bfloat16)
+    assert m.matches(str(info.value)), f"message {str(info.value)!r}, expected {m.text!r}"

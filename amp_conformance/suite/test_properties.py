@@ -3,7 +3,8 @@ rule of the cast policies over generated shapes, dtypes, devices and values.
 
 How many examples run is the profile's choice: ``--amp-hypothesis-profile ci`` (default:
 derandomized and quick), ``dev`` or ``nightly``. A failure prints the shrunk example and
-equivalent Python code that reproduces it.
+equivalent Python code that reproduces it. ``--hypothesis-show-statistics`` prints what
+each item's examples exercised (``amp_conformance.properties.statistics``).
 """
 
 import pytest
@@ -42,7 +43,10 @@ def _require_candidates(amp_settings, amp_target, amp_dtype, policy):
 def test_policy_casts_only_eligible_inputs(amp_settings, amp_target, amp_dtype, policy):
     """Under autocast an op of the policy behaves like the op with autocast off on inputs
     cast by hand (only floating, non-float64 tensors of the device): same outcome, output
-    dtypes, shapes and devices; all-eligible inputs give the policy's dtype."""
+    dtypes, shapes and devices; all-eligible inputs give the policy's dtype; no ineligible
+    input is converted. Each example calls the op with every input eligible, with a
+    float64/integer/bool input beside eligible ones, and mixing devices (a tensor of the
+    device first, so its Autocast kernel is entered, beside another device's tensors)."""
     _require_candidates(amp_settings, amp_target, amp_dtype, policy)
     policy_properties.check_policy_property(
         amp_target, amp_dtype, policy, profiles.selected(), values=False,
