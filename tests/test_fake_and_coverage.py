@@ -158,7 +158,8 @@ def test_coverage_command_reports_nothing_missing(device, capsys):
     rc = main(["coverage", "--device", device, "-q"])
     out = capsys.readouterr().out
     last = out.strip().splitlines()[-1]
-    match = re.fullmatch(rf"coverage {device}: (\d+)/(\d+) covered, (\d+) excluded, 0 missing", last)
+    match = re.fullmatch(rf"coverage {device}: (\d+)/(\d+) covered, 0 reached but not checked, "
+                         rf"(\d+) excluded, 0 missing", last)
     assert match, out[-3000:]
     covered, total, excluded = map(int, match.groups())
     assert covered + excluded == total and total > 0
@@ -201,6 +202,68 @@ def test_coverage_exit_status_and_listing(tmp_path, capsys):
     assert main(["coverage", "--device", "not-a-device"]) == 2
 
 
+def test_an_overload_reached_only_where_nothing_checks_it_is_reported_and_fails(tmp_path, capsys):
+    """Reaching a kernel is not checking it: an entry whose policy check is skipped in this
+    mode, or whose call raises, covers nothing."""
+    path = tmp_path / "unchecked.toml"
+    path.write_text(textwrap.dedent("""
+        [list]
+        device = "cpu"
+
+        [[entry]]
+        id = "max_pool3d"
+        override = true
+        op = "max_pool3d"
+        category = "torch_fp32"
+        args = [{shape = [1, 2, 4, 4, 4], dtype = "amp"}, [2, 2, 2]]
+        skip = [{check = "policy", amp_dtype = "bfloat16", reason = "a skip of this run"},
+                {check = "policy", amp_dtype = "float16", reason = "a skip of this run"}]
+
+        [[entry]]
+        id = "fft_rfft2"
+        override = true
+        op = "fft_rfft2"
+        category = "fft_fp32"
+        args = [{shape = [4], dtype = "amp"}]
+    """))
+    rc = main(["coverage", "--device", "cpu", "--oplist", str(path), "-q"])
+    out = capsys.readouterr().out
+    assert rc == 1, out[-3000:]
+    assert out.strip().splitlines()[-1] == (
+        "coverage cpu: 125/127 covered, 2 reached but not checked, 0 excluded, 0 missing")
+    section = out[out.index("reached but not checked (2):"):out.index("excluded (")]
+    assert "aten::max_pool3d  <- max_pool3d (policy check skipped: a skip of this run)" in section
+    assert "aten::fft_rfft2  <- fft_rfft2 (raised: " in section and "IndexError" in section
+    with pytest.raises(ConformanceFailure) as info:
+        coverage.check("cpu", oplist.load("cpu", [path]), Target("cpu"), [torch.bfloat16])
+    message = str(info.value)
+    assert "reached but not checked" in message
+    assert "aten::max_pool3d" in message and "aten::fft_rfft2" in message, message
+
+
+def test_exclusions_bound_to_fake_mode_or_a_missing_feature(tmp_path, monkeypatch):
+    """`fake = true` holds only with --fake; `requires` only where the machine lacks it."""
+    from amp_conformance.core import hardware
+
+    path = tmp_path / "ex.toml"
+    path.write_text(HEADER + '[[exclude]]\noverload = "aten::max_pool3d"\nreason = "r"\n'
+                    'fake = true\n\n[[exclude]]\noverload = "aten::fft_rfft2"\nreason = "r"\n'
+                    'requires = "onednn_lstm"\n')
+    lists = oplist.load("cpu", [path])
+    fake_only, hardware_bound = (x for x in lists.exclusions if x.reason == "r")
+    assert fake_only.applies(True) and not fake_only.applies(False)
+    monkeypatch.setitem(hardware.PROBES, "onednn_lstm", lambda dtype: None)
+    assert not hardware_bound.applies(False, [torch.bfloat16])
+    monkeypatch.setitem(hardware.PROBES, "onednn_lstm", lambda dtype: "absent here")
+    assert hardware_bound.applies(False, [torch.bfloat16, torch.float16])
+    bad = tmp_path / "bad.toml"
+    bad.write_text(HEADER + '[[exclude]]\noverload = "aten::mm"\nreason = "r"\nfake = 1\n'
+                   'requires = "avx9"\n')
+    with pytest.raises(OpListError) as info:
+        oplist.parse_file(bad)
+    assert "'fake'" in str(info.value) and "'requires'" in str(info.value), str(info.value)
+
+
 def test_observer_records_entered_kernels_and_leaves_nothing_behind():
     include_before = str(torch._C._dispatch_tls_local_include_set())
     a = torch.ones(4, 4)
@@ -221,6 +284,7 @@ def test_observer_records_entered_kernels_and_leaves_nothing_behind():
 def test_derived_lists_cover_their_device_through_fake(device):
     report = coverage.compute(device, oplist.load(device), Target(device, fake=True))
     assert report.policy and not report.missing, report.missing
+    assert not report.unchecked, report.unchecked
     assert not report.outside_policy, [r.entry.id for r in report.outside_policy]
     assert report.lists.derived_from in ("cuda", "xpu")
 

@@ -110,4 +110,4 @@ def test_extra_oplist_adds_items(pytester, tmp_path):
         'args = [{shape = [4, 4]}, {shape = [4, 4]}]\n'
     )
     result = pytester.runpytest(*SUITE, "--oplist", str(extra), "-k", "vendor-mm", "-q")
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=10)  # 5 per-entry checks x 2 dtypes

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from amp_conformance.tools.selftest import runner
+from amp_conformance.tools.selftest import mutants_numerics, runner
 from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant, register
 
 #: A fast, representative part of the campaign for CI: a wrong policy, wrong numerics,
@@ -113,7 +113,8 @@ def test_default_campaign_is_the_cpu_tier_and_fake_the_fake_tier():
 
 def test_one_baseline_per_tier_with_the_union_of_selections():
     groups = runner.tiers(runner.select_mutants(None, False, every_tier=True))
-    assert set(groups) == {("--device", "cpu"), ("--device", "cuda", "--fake")}
+    close = ("--device", "cpu", "--numerics", "close")  # the numerics family's mutants
+    assert {("--device", "cpu"), ("--device", "cuda", "--fake"), close} <= set(groups)
     union = runner.union_selection(groups[("--device", "cpu")])
     assert "(test_policy and torch_16-mm) or (" in union
 
@@ -145,6 +146,44 @@ FAILED test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm] - amp_conformance..
 def test_judge(returncode, output, status):
     verdict = runner.judge(_MUTANT, runner.Run("m", returncode, output, 1.0))
     assert verdict.status == status, verdict.detail
+
+
+_TWO_FAILED = """\
+FF                                                                       [100%]
+=================================== FAILURES ===================================
+_____________ test_policy[cpu-bfloat16-torch_16-mm] _____________
+amp_conformance/checks/oplist_checks.py:1: in check_policy
+E   amp_conformance.core.errors.ConformanceFailure: torch.mm [entry mm] on cpu:
+E     something else went wrong
+_____________ test_policy[cpu-float16-torch_16-addmm] _____________
+amp_conformance/checks/oplist_checks.py:1: in check_policy
+E   amp_conformance.core.errors.ConformanceFailure: torch.addmm [entry addmm] on cpu:
+E     torch.addmm inside autocast: output dtype torch.float32, expected x
+=========================== short test summary info ============================
+FAILED test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm] - amp_conformance...
+FAILED test_oplist.py::test_policy[cpu-float16-torch_16-addmm] - amp_conformance...
+2 failed, 1200 deselected in 0.70s
+"""
+
+
+def test_kill_needs_one_failing_test_that_says_every_expected_text():
+    """'torch.mm' in one test's message and 'expected x' in another's is not a kill: no
+    test both failed on the broken op and said what is wrong with it."""
+    verdict = runner.judge(_MUTANT, runner.Run("m", 1, _TWO_FAILED, 1.0))
+    assert verdict.status == "unnamed", verdict.detail
+    assert "no failing test's own message says" in verdict.detail
+    assert "each says only part of it" in verdict.detail
+    named = _TWO_FAILED.replace("something else went wrong", "torch.mm ... expected x")
+    verdict = runner.judge(_MUTANT, runner.Run("m", 1, named, 1.0))
+    assert verdict.status == "killed" and verdict.detail == "by test_policy[cpu-bfloat16-torch_16-mm]"
+
+
+def test_failures_are_split_by_test_and_stop_at_the_summary():
+    failures = runner.Run("m", 1, _TWO_FAILED, 1.0).failures()
+    assert list(failures) == ["test_policy[cpu-bfloat16-torch_16-mm]",
+                              "test_policy[cpu-float16-torch_16-addmm]"]
+    assert failures["test_policy[cpu-bfloat16-torch_16-mm]"].endswith("something else went wrong")
+    assert "FAILED" not in "".join(failures.values())
 
 
 def test_expect_must_be_in_a_message_not_only_in_a_test_id():
@@ -207,6 +246,48 @@ def test_known_gap_survivor_is_reported_but_does_not_fail(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "killed 0/1" in out and f"survived: {gap.name}" in out and "known gap" in out
     assert runner.run(_args(only=[gap.name], strict=True)) == 1
+
+
+# -- close mode ----------------------------------------------------------------------
+
+
+def test_close_campaign_runs_its_mutants_with_numerics_close():
+    mutants, declared = runner.close_campaign()
+    assert [m.name for m in mutants] == list(mutants_numerics.CLOSE_MODE)
+    assert all(m.suite_options()[-2:] == ["--numerics", "close"] for m in mutants)
+    assert set(declared) == {"mm-one-ulp-off", "linalg_inv-one-ulp-off", "fft_fft-one-ulp-off"}
+    assert all(declared.values())
+    caught = [m for m in mutants if m.name not in declared]
+    assert {"close-mm-result-in-float32", "close-mm-of-transposed",
+            "close-mm-one-percent-off"} <= {m.name for m in caught}
+    assert "--numerics close" in runner.reproduction(mutants[-1])
+    only, _ = runner.close_campaign(["mm-kept-fp32"])
+    assert only[0].suite_options() == ["--device", "cpu", "--numerics", "close"]
+    with pytest.raises(runner.SelectionError, match="no mutant no-such"):
+        runner.close_campaign(["no-such"])
+
+
+def test_close_mode_counts_declared_survivors_apart(monkeypatch, capsys):
+    """killed K/N counts the mutants close mode must catch; a declared survivor that is
+    killed instead fails the campaign (close mode got stricter than documented)."""
+    killed = _FAILED.replace("expected x", "not equal (within tolerance)")
+
+    def fake_run_suite(label, select, options, mutant, timeout, cwd):
+        assert "--numerics" in options
+        if mutant is None or mutant == "mm-one-ulp-off":
+            return runner.Run(label, 0, "2 passed in 0.1s\n", 0.1)
+        return runner.Run(label, 1, killed, 0.1)
+
+    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    args = _args(numerics="close", only=["close-mm-of-transposed", "mm-one-ulp-off"], jobs=1)
+    assert runner.run(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "killed 1/1" in lines
+    assert lines[-1].startswith("  survived as declared: mm-one-ulp-off: one ulp")
+    monkeypatch.setattr(runner, "run_suite", lambda label, *a: runner.Run(label, 1, killed, 0.1)
+                        if a[2] else runner.Run(label, 0, "2 passed in 0.1s\n", 0.1))
+    assert runner.run(args) == 1
+    assert "declared to survive, but unnamed: mm-one-ulp-off" in capsys.readouterr().out
 
 
 # -- the campaign, for real ----------------------------------------------------------

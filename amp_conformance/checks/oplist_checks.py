@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from amp_conformance.checks import fake_casts, kernel_entry
 from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import control_dtype, expected_inside, expected_outside
 from amp_conformance.checks.reproduction import _dtype_problems, _fail, describe
@@ -47,24 +48,33 @@ def check_policy(case: Case, observed: dict | None = None) -> None:
                 _check_banned(case, found, args, kwargs, observed)
                 return
             expected = expected_inside(case, args, kwargs)
-            outputs = []
+            outputs, entered = [], {}
             with case.target.autocast(case.amp_dtype):
                 if not torch.is_autocast_enabled(dev):
                     _fail(case, ["autocast is not enabled inside the region"], found[0][0], expected)
                 for name, fn in found:
                     try:
-                        outputs.append((name, fn(*args, **kwargs)))
+                        outputs.append((name, fake_casts.call(case, name, fn, args, kwargs)))
+                    except fake_casts.FailedAfterCast as after:  # --fake: casts were right
+                        observed[name] = after.observed
+                    except fake_casts.NotCast as exc:
+                        observed[name] = f"error: {exc}"
+                        _fail(case, exc.problems, name, expected)
                     except Exception as exc:  # e.g. a kernel that did not cast: name the op
                         first = first_line(exc)
                         observed[name] = f"error: {first}"
                         _fail(case, [f"{name} raised inside autocast: {type(exc).__name__}: "
                                      f"{first}"], name, expected)
+                    entered[name] = kernel_entry.entered(case, fn, args, kwargs)
             problems = []
             for name, out in outputs:
                 observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
                 problems += _dtype_problems(name, out, expected, "inside autocast")
+            problems += kernel_entry.problems(case, entered)
             if problems:
-                _fail(case, problems, outputs[0][0], expected)
+                _fail(case, problems, (outputs or found)[0][0], expected)
+            if not outputs:  # --fake: every variant raised a limit of the fake tier after its casts
+                return
             (first, out0), rest = outputs[0], outputs[1:]
             for name, out in rest:
                 what = f"{name} disagrees with {first} inside autocast"
@@ -157,13 +167,20 @@ def check_outside(case: Case) -> None:
 
 
 def _check_raises_outside(case: Case, name: str, fn, args, kwargs) -> None:
-    """The op has no kernel for its (lower-precision) inputs: only autocast makes it run."""
+    """The op has no kernel for its (lower-precision) inputs: only autocast makes it run.
+    The message must match the entry's ``error_outside``, so that an unrelated error (a
+    bad argument, a missing device) does not pass for the missing kernel."""
+    pattern = case.entry.error_outside or ""
     try:
         fn(*args, **kwargs)
-    except (RuntimeError, NotImplementedError):
-        return
+    except (RuntimeError, NotImplementedError) as exc:
+        if re.search(pattern, str(exc)):
+            return
+        _fail(case, [f"{name} raised outside autocast {type(exc).__name__}: {first_line(exc)!r}, "
+                     f"which does not match the error the op list records there "
+                     f"(error_outside = {pattern!r})"], name, None, region="outside")
     _fail(case, [f"{name} ran outside autocast; the op list records that it raises there "
-                 "(no kernel for these input dtypes)"], name, None, region="outside")
+                 f"(no kernel for these input dtypes: {pattern!r})"], name, None, region="outside")
 
 
 def check_legacy(case: Case) -> None:

@@ -178,6 +178,18 @@ register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's 
                "compiled agrees with eager in dtype and value", per_entry=True,
                capability="compile", not_applicable=_compiled_policy))
 
+# -- gradients through autocast, per entry (issue #12 part B; checks/backward.py) -----------
+
+
+def _backward(case: Any) -> str | None:
+    from amp_conformance.checks.backward import not_applicable  # no import cycle
+
+    return not_applicable(case)
+
+
+register(Check("backward", "gradients through autocast (backward outside the region) reach "
+               "every float32 input in its dtype and equal the hand-cast control's",
+               per_entry=True, needs_values=True, not_applicable=_backward))
 
 if __name__ == "__main__":  # python -m amp_conformance.checks.registry: print the table
     print(markdown(), end="")

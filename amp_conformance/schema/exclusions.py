@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from amp_conformance.core import hardware
 from amp_conformance.schema.problems import Problems
 from amp_conformance.schema.versions import parse_bounds, version_gap
 
-EXCLUDE_KEYS = ("overload", "reason", "since", "until")
+EXCLUDE_KEYS = ("overload", "reason", "since", "until", "fake", "requires")
 DROP_KEYS = ("id", "overload", "reason")
 #: A dispatcher operator name with an optional overload: ``aten::norm.Scalar``.
 OVERLOAD = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$")
@@ -32,10 +34,24 @@ class Exclusion:
     until: str | None = None
     path: str = ""
     device: str = ""
+    #: holds only with ``--fake`` (True) or only on the real device (False); None: both.
+    #: For an overload the list checks on the device but fake tensors cannot run.
+    fake: bool | None = None
+    #: a probe of :mod:`amp_conformance.core.hardware`: the exclusion holds only where the
+    #: running machine lacks the feature (for an overload only that feature can run)
+    requires: str | None = None
 
     def version_gap(self, version: str | None = None) -> str | None:
         """Why this exclusion does not apply to the running torch, or None if it does."""
         return version_gap(self.since, self.until, version)
+
+    def applies(self, fake: bool, amp_dtypes: Sequence[torch.dtype] = ()) -> bool:
+        """Whether the exclusion holds in this run: in its versions, its mode, and, with
+        ``requires``, on a machine lacking the feature for every autocast dtype of the run."""
+        if self.version_gap() is not None or self.fake not in (None, fake):
+            return False
+        return self.requires is None or all(
+            hardware.missing(self.requires, d) is not None for d in amp_dtypes)
 
 
 @dataclass(frozen=True)
@@ -77,9 +93,18 @@ def exclusion_of(raw: Any, index: int, device: str, problems: Problems) -> Exclu
     if not isinstance(reason, str) or not reason.strip():
         problems.add(label, "reason", "every exclusion needs a written reason", "exclude")
     bounds = parse_bounds(raw, "exclude", label, problems)
+    fake = raw.get("fake")
+    if fake is not None and not isinstance(fake, bool):
+        problems.add(label, "fake", f"expected true (only with --fake) or false (only on the "
+                                    f"real device), got {fake!r}", "exclude")
+    requires = raw.get("requires")
+    if requires is not None and requires not in hardware.PROBES:
+        problems.add(label, "requires", f"unknown value {requires!r}; allowed: "
+                                        f"{', '.join(hardware.PROBES)}", "exclude")
     if len(problems.items) > before:
         return None
-    exclusion = Exclusion(overload, reason, bounds["since"], bounds["until"], problems.path, device)
+    exclusion = Exclusion(overload, reason, bounds["since"], bounds["until"], problems.path,
+                          device, fake, requires)
     if exclusion.version_gap() is None and overload not in _known_overloads():
         problems.add(label, "overload", "unknown overload: the dispatcher of torch "
                                         f"{torch.__version__} has no {overload}", "exclude")

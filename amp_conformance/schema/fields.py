@@ -11,6 +11,7 @@ row here plus its attribute on :class:`amp_conformance.schema.oplist.Entry`.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -214,6 +215,35 @@ def _skips(value: Any) -> tuple[Skip, ...]:
     return tuple(skips)
 
 
+def _backward(value: Any) -> str | None:
+    """``true``: the backward check runs (None); a string: why the op is not differentiable."""
+    if value is True:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value
+    raise invalid("expected true, or a string saying why the op is not differentiable "
+                  f"(the error observed), got {value!r}")
+
+
+def _pattern(value: Any) -> str:
+    """A non-empty regular expression that compiles (checked when the list is loaded)."""
+    text = v.string(value)
+    if not text.strip():
+        raise invalid("expected a non-empty regular expression of the error message")
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise invalid(f"not a regular expression ({exc}): {text!r}") from None
+    return text
+
+
+def _why(value: Any) -> str:
+    """A non-empty explanation."""
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(f"expected a string saying why, got {value!r}")
+    return value
+
+
 # -- the entry table -------------------------------------------------------------------
 
 #: Every key of an ``[[entry]]`` table, in the order ``discover`` writes them.
@@ -257,6 +287,12 @@ ENTRY_FIELDS: tuple[Field, ...] = (
           "Output dtype outside autocast, checked by `outside`: `inputs` (the promoted input "
           "type), `amp`, a dtype, an array as for `expect`, `none`, or `error` when the op has "
           "no kernel for these input dtypes and raises there."),
+    Field("error_outside", "string", None, _pattern,
+          "A regular expression (Python `re`, searched for) that the message of the error "
+          "raised outside autocast must match: required with `expect_outside = \"error\"`, so "
+          "that `outside` fails on any other error. Write what torch was seen to say, e.g. "
+          "`not implemented for 'Half'`, with a group alternating `BFloat16` and `Half` where "
+          "the entry runs under both autocast dtypes."),
     Field("error", "string", None, v.string,
           "The start of the error message `policy` expects a banned op to raise inside "
           "autocast; required for the `banned` category."),
@@ -275,9 +311,23 @@ ENTRY_FIELDS: tuple[Field, ...] = (
           "`{rtol = ..., atol = ...}`, finite and >= 0: the tolerance of every value comparison "
           "(`numerics`, `outside`, `legacy`, the variants' agreement in `policy`) under "
           "`--numerics close`.", default_doc="`assert_close`'s per dtype"),
+    Field("backward", "true or string", None, _backward,
+          "Whether the `backward` check applies: `true` checks that gradients reach every "
+          "float32 input through autocast and equal those through the hand-cast control; a "
+          "string marks the op not differentiable here (integer or bool outputs, no derivative "
+          "formula) and says why, quoting the error observed; the check is then skipped with "
+          "it. Only for what autograd cannot do, never to hide a gradient mismatch.",
+          default_doc="`true`"),
     Field("skip", "array of tables", [], _skips,
           "Where checks of the entry cannot be made: tables of conditions, `check` and "
           "`reason` (see *Skips* below).", attr="skips"),
+    Field("passthrough", "string", None, _why,
+          "For an entry whose policy casts (lower precision, float32, promote): why a kernel "
+          "that casts nothing cannot fail its checks, e.g. builtin type promotion gives the "
+          "promote policy's dtypes (`cat`), an explicit `dtype` decides the output, or under "
+          "`--fake` a meta kernel lacks the real kernel's dtype check. The project test "
+          "`tests/test_vacuity.py` runs each such entry against a pass-through kernel and "
+          "requires this of exactly the entries that pass it.", default_doc="none: it can fail"),
     Field("note", "string", "", v.text,
           "Free text for readers (`discover` writes what it observed); no check reads it."),
     Field("override", "bool", False, v.boolean,

@@ -61,7 +61,14 @@ class Entry:
     skips: tuple[Skip, ...] = ()
     amp_dtypes: tuple[str, ...] | None = None
     error: str | None = None
+    #: a regular expression the error raised outside autocast must match
+    #: (``expect_outside = "error"``)
+    error_outside: str | None = None
+    #: why a kernel that casts nothing cannot fail this entry (see tests/test_vacuity.py)
+    passthrough: str | None = None
     note: str = ""
+    #: None: the backward check applies; a string: why the op is not differentiable
+    backward: str | None = None
     #: replaces the entry of the same id from an earlier file or the base list
     override: bool = False
     path: str = ""
@@ -200,6 +207,9 @@ def _cross_field_rules(values: dict[str, Any], label: str, problems: Problems) -
         problems.add(label, "expect", "a banned op is expected to raise: expect = 'error'")
     if policy == "banned" and values["error"] is None:
         problems.add(label, "error", "a banned op needs the start of its error message")
+    if values["expect_outside"] == "error" and values["error_outside"] is None:
+        problems.add(label, "error_outside", 'expect_outside = "error" needs the pattern of '
+                                             "the error message observed outside autocast")
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The op lists cover the device's whole autocast policy.
 
 Every overload the running torch registers for the device's ``Autocast<Device>`` key must
-be entered by some op-list entry (observed, see amp_conformance.tools.coverage) or excluded
-with a written reason; the failure names the overloads that are neither.
+be checked by some op-list entry (entered, as observed, by a call whose policy check runs
+in this mode and did not raise; see amp_conformance.tools.coverage) or excluded with a
+written reason; the failure names the overloads that are neither, and those only reached
+where nothing checks them.
 """
 
 import pytest
@@ -18,4 +20,5 @@ def test_every_policy_overload_is_covered_or_excluded(amp_settings, amp_target):
     if not coverage.policy_overloads(amp_settings.device):
         pytest.skip(f"torch registers no kernel for the {amp_target.device} autocast key: "
                     "there is no policy to cover")
-    coverage.check(amp_settings.device, lists, amp_target, amp_settings.amp_dtypes)
+    coverage.check(amp_settings.device, lists, amp_target, amp_settings.amp_dtypes,
+                   amp_settings.numerics)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from amp_conformance.checks import oplist_checks
+from amp_conformance.checks import backward, oplist_checks
 
 
 @pytest.mark.amp_check("policy")
@@ -33,3 +33,10 @@ def test_outside(amp_case):
 def test_legacy(amp_case):
     """The legacy torch.<device>.amp.autocast gives torch.autocast's result and warns."""
     oplist_checks.check_legacy(amp_case)
+
+
+@pytest.mark.amp_check("backward")
+def test_backward(amp_case):
+    """Backward after an autocast region gives every float32 input a gradient in its dtype,
+    equal to the one through the hand-cast control (bitwise, or close)."""
+    backward.check_backward(amp_case)

@@ -7,17 +7,18 @@ its call *reaches* under autocast, which is observed rather than guessed from it
 on a device without a matmul kernel it reaches ``aten::mm``; ``F.cross_entropy`` reaches
 ``aten::cross_entropy_loss`` on CPU and ``log_softmax`` + ``nll_loss`` on CUDA.
 
-How it is observed: while an entry runs, a Python kernel is registered for every policy
-overload under a dispatch key that sits *above* all ``Autocast*`` keys and is otherwise
-unused (``TESTING_ONLY_GenericWrapper``, made part of every dispatch through the
-thread-local include set, with a fallthrough for all other ops). Such a kernel sees the
-call exactly as the autocast kernel is about to: it records the overload when autocast is
-enabled for the device and a tensor argument carries the device's autocast key, then
-redispatches below itself, so the real autocast kernel runs unchanged (casts included)
-and the rest of the call behaves as without the observer. Calls made *inside* an
-autocast kernel run with autocast excluded, so they are not counted: only kernels the
-entry's own call enters are. Everything registered is destroyed on exit, also when the
-call fails.
+How it is observed: :class:`amp_conformance.core.dispatch.Observer` (re-exported here)
+registers a Python kernel for every policy overload on a dispatch key above all
+``Autocast*`` keys; it records the overload when the call is about to enter the device's
+autocast kernel and passes it on unchanged. Calls made *inside* an autocast kernel run
+with autocast excluded, so only kernels the entry's own call enters are counted.
+
+An overload counts as covered only when it is *checked*: an entry whose ``policy`` check
+applies in this mode (not skipped by the entry, e.g. under ``--fake``, nor by the check's
+registered rule) entered it with a call that did not raise (a banned op raising its own
+error is the checked outcome). An overload entered only by skipped entries or by calls
+that raised is "reached but not checked": nothing verifies its policy here, so it fails
+the report like a missing one.
 
 Overloads that cannot be reached from Python, or need hardware features, are excluded
 with a written reason in the op list (``[[exclude]]``); everything else must be covered.
@@ -26,120 +27,24 @@ with a written reason in the op list (``[[exclude]]``); everything else must be 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
 from amp_conformance.core.backend import BackendError, import_backend
+from amp_conformance.core.dispatch import OBSERVER_KEY, Observer, policy_overloads  # noqa: F401
 from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.plugin.parametrize import not_applicable
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import Entry, OpList
-
-#: A dispatch key above every Autocast key with no kernels of its own in torch: the
-#: observer's slot. (A key below autocast would see the call after casting, and the
-#: fp32_append_dtype kernels redispatch to another overload, e.g. norm.Scalar to
-#: norm.ScalarOpt_dtype, so the entered overload would be lost.)
-OBSERVER_KEY = "TESTING_ONLY_GenericWrapper"
-
-
-def policy_overloads(device: str) -> list[str]:
-    """Every op overload the running torch registers a kernel for under the device's key."""
-    key = devices.dispatch_key(device)
-    return sorted(
-        name for name in torch._C._dispatch_get_all_op_names()
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
-    )
-
-
-def _op_overload(name: str) -> Any:
-    namespace, _, rest = name.partition("::")
-    op, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
-
-
-class Observer:
-    """Records which of ``overloads`` have their ``Autocast<device>`` kernel entered.
-
-    Use as a context manager (installs and, on exit, removes the observing kernels), and
-    :meth:`recording` around the calls to observe.
-    """
-
-    def __init__(self, device: str, overloads: Sequence[str]):
-        self.device = device
-        self.key = devices.dispatch_key(device)
-        self.overloads = list(overloads)
-        self._seen: list[str] | None = None
-        self._libraries: list[torch.library.Library] = []
-        self._stack = contextlib.ExitStack()
-
-    def _kernel(self, name: str) -> Callable[..., Any]:
-        op = _op_overload(name)
-        below = torch._C.DispatchKeySet(OBSERVER_KEY)
-
-        def observe(*args: Any, **kwargs: Any) -> Any:
-            if self._seen is not None and self._enters_autocast(args, kwargs):
-                self._seen.append(name)
-            with torch._C._ExcludeDispatchKeyGuard(below):
-                return op(*args, **kwargs)
-
-        return observe
-
-    def _enters_autocast(self, args: tuple, kwargs: dict) -> bool:
-        """Whether this call reaches the device's autocast kernel next: autocast is on for
-        the device (its key is not excluded) and some tensor argument carries the key."""
-        if torch._C._dispatch_tls_is_dispatch_key_excluded(self.key):
-            return False
-        return any(
-            isinstance(t, torch.Tensor) and torch._C._dispatch_keys(t).has(self.key)
-            for t in tree_leaves((args, kwargs))
-        )
-
-    def __enter__(self) -> Observer:
-        try:
-            fallback = torch.library.Library("_", "IMPL", OBSERVER_KEY)
-            self._libraries.append(fallback)
-            fallback.fallback(torch.library.fallthrough_kernel)
-            by_namespace: dict[str, torch.library.Library] = {}
-            for name in self.overloads:
-                namespace, _, rest = name.partition("::")
-                if namespace not in by_namespace:
-                    by_namespace[namespace] = torch.library.Library(namespace, "IMPL")
-                    self._libraries.append(by_namespace[namespace])
-                by_namespace[namespace].impl(rest, self._kernel(name), OBSERVER_KEY)
-            self._stack.enter_context(torch._C._IncludeDispatchKeyGuard(OBSERVER_KEY))
-        except BaseException:
-            self._remove()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._remove()
-
-    def _remove(self) -> None:
-        self._stack.close()
-        while self._libraries:
-            self._libraries.pop()._destroy()
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[list[str]]:
-        """Collect, in call order, the policy overloads entered inside the block."""
-        seen: list[str] = []
-        self._seen = seen
-        try:
-            yield seen
-        finally:
-            self._seen = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +54,19 @@ class Reach:
     entry: Entry
     overloads: tuple[str, ...]
     errors: tuple[str, ...] = ()
+    #: why the entry was not observed at all (its versions, no autocast dtype of the run)
     skipped: str | None = None
+    #: the overloads entered by a call the entry's policy check makes and that ran to the
+    #: end (or raised a banned op's error): the only ones the entry covers
+    checked: tuple[str, ...] = ()
+    #: why the policy check of the entry does not run in this mode (its skip), if it does not
+    unchecked: str | None = None
+
+    def why_unchecked(self, overload: str) -> str:
+        """Why this entry's entering ``overload`` checks nothing (for the report)."""
+        if self.unchecked:
+            return f"{self.entry.id} (policy check skipped: {self.unchecked})"
+        return f"{self.entry.id} (raised: {'; '.join(self.errors) or 'no call completed'})"
 
 
 @dataclass
@@ -160,7 +77,13 @@ class Report:
     policy: list[str]
     reaches: list[Reach]
     lists: OpList
+    #: the autocast dtypes the entries were observed under (hardware-bound exclusions
+    #: hold only where the feature is missing for all of them)
+    amp_dtypes: tuple[torch.dtype, ...] = ()
     covered: dict[str, list[str]] = field(default_factory=dict)
+    #: overloads entered only where no policy check runs or the call raised: the entries
+    #: that reach them, each with why that checks nothing
+    unchecked: dict[str, list[str]] = field(default_factory=dict)
     excluded: dict[str, oplist.Exclusion] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     #: exclusions of overloads that the device's policy does not have
@@ -175,7 +98,13 @@ class Report:
     @property
     def summary(self) -> str:
         return (f"coverage {self.device}: {len(self.covered)}/{len(self.policy)} covered, "
+                f"{len(self.unchecked)} reached but not checked, "
                 f"{len(self.excluded)} excluded, {len(self.missing)} missing")
+
+    @property
+    def failed(self) -> bool:
+        """An overload is missing, or reached only where nothing checks it."""
+        return bool(self.missing or self.unchecked)
 
 
 def default_target(device: str, fake: bool | None = None) -> Target:
@@ -190,25 +119,37 @@ def default_target(device: str, fake: bool | None = None) -> Target:
     return Target(device, fake)
 
 
-def _amp_dtype_for(entry: Entry, dtypes: Sequence[torch.dtype]) -> torch.dtype | None:
-    for dtype in dtypes:
-        if entry.amp_dtypes is None or devices.dtype_name(dtype) in entry.amp_dtypes:
-            return dtype
-    return None
+def _case_for(entry: Entry, target: Target, dtypes: Sequence[torch.dtype],
+              numerics: str) -> Case | None:
+    """The case to observe ``entry`` in: the first autocast dtype of the run under which
+    its policy check applies, else the first the entry is listed for (observed, but what
+    it reaches is not checked), else None."""
+    listed = [Case(target, d, entry, numerics) for d in dtypes
+              if entry.amp_dtypes is None or devices.dtype_name(d) in entry.amp_dtypes]
+    return next((c for c in listed if not_applicable("policy", c) is None),
+                listed[0] if listed else None)
+
+
+def _raised_as_banned(entry: Entry, exc: Exception) -> bool:
+    """A banned op raising its own error inside autocast: what its policy check wants."""
+    return entry.policy == "banned" and bool(entry.error) and str(entry.error) in str(exc)
 
 
 def observe(
-    entry: Entry, target: Target, amp_dtype: torch.dtype, observer: Observer
+    entry: Entry, target: Target, amp_dtype: torch.dtype, observer: Observer,
+    numerics: str = "bitwise",
 ) -> Reach:
     """Run every variant of ``entry`` under autocast and record the overloads it enters.
 
-    A call that raises still counts for what it entered before raising (a banned op
-    raises in its autocast kernel by design; some fake kernels are missing); the error
-    is kept so the report can show it.
+    A call that raises still counts as having entered what it entered before raising
+    (reported as reached), but it checks nothing there unless it is a banned op raising
+    its error; the error is kept so the report can show it.
     """
-    case = Case(target, amp_dtype, entry)
+    case = Case(target, amp_dtype, entry, numerics)
+    unchecked = not_applicable("policy", case)
     errors: list[str] = []
     reached: list[str] = []
+    checked: list[str] = []
     dev = target.device
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -217,16 +158,22 @@ def observe(
                 try:
                     args, kwargs = case.build_inputs()
                 except Exception as exc:  # noqa: BLE001 - reported, never hidden
-                    return Reach(entry, (), (f"building inputs: {describe_error(exc)}",))
+                    return Reach(entry, (), (f"building inputs: {describe_error(exc)}",),
+                                 unchecked=unchecked)
                 for name, fn in oplist.variants(entry):
+                    ran = True
                     with observer.recording() as seen:
                         try:
                             with target.autocast(amp_dtype):
                                 fn(*args, **kwargs)
                         except Exception as exc:  # noqa: BLE001 - reported, never hidden
                             errors.append(f"{name}: {describe_error(exc)}")
+                            ran = _raised_as_banned(entry, exc)
                     reached.extend(seen)
-    return Reach(entry, tuple(dict.fromkeys(reached)), tuple(errors))
+                    if ran and unchecked is None:
+                        checked.extend(seen)
+    return Reach(entry, tuple(dict.fromkeys(reached)), tuple(errors),
+                 checked=tuple(dict.fromkeys(checked)), unchecked=unchecked)
 
 
 def compute(
@@ -234,8 +181,9 @@ def compute(
     lists: OpList,
     target: Target | None = None,
     amp_dtypes: Sequence[torch.dtype] | None = None,
+    numerics: str = "bitwise",
 ) -> Report:
-    """Observe every applicable entry and compare what they reach with the policy."""
+    """Observe every applicable entry and compare what they check with the policy."""
     target = target or default_target(device)
     if amp_dtypes is None:
         supported = devices.supported_amp_dtypes(device, target.fake)
@@ -243,18 +191,26 @@ def compute(
         amp_dtypes = [default, *[d for d in supported if d != default]]
     policy = policy_overloads(device)
     reaches: list[Reach] = []
-    with Observer(device, policy) as observer:
+    with Observer(device, policy) as observer:  # removed again: nothing left registered
         for entry in lists.entries:
             gap = entry.version_gap()
-            dtype = _amp_dtype_for(entry, amp_dtypes)
-            if gap or dtype is None:
+            case = None if gap else _case_for(entry, target, amp_dtypes, numerics)
+            if case is None:
                 reaches.append(Reach(entry, (), (), gap or "no autocast dtype of this run applies"))
                 continue
-            reaches.append(observe(entry, target, dtype, observer))
-    report = Report(device, devices.dispatch_key(device), target, policy, reaches, lists)
-    in_policy = set(policy)
-    for reach in reaches:
-        for name in reach.overloads:
+            reaches.append(observe(entry, target, case.amp_dtype, observer, numerics))
+    report = Report(device, devices.dispatch_key(device), target, policy, reaches, lists,
+                    tuple(amp_dtypes))
+    _tally(report)
+    return report
+
+
+def _tally(report: Report) -> None:
+    """Sort the policy's overloads into covered, reached but not checked, excluded and
+    missing, and collect the entries and exclusions that do not fit the policy."""
+    in_policy = set(report.policy)
+    for reach in report.reaches:
+        for name in reach.checked:
             report.covered.setdefault(name, []).append(reach.entry.id)
         if reach.skipped:
             continue
@@ -263,16 +219,29 @@ def compute(
                 report.unexpected_kernels.append(reach)
         elif not reach.overloads:
             report.outside_policy.append(reach)
-    exclusions = [x for x in lists.exclusions if x.version_gap() is None]
-    for exclusion in exclusions:
+    for reach in report.reaches:
+        for name in reach.overloads:
+            if name not in report.covered:
+                report.unchecked.setdefault(name, []).append(reach.why_unchecked(name))
+    fake, dtypes = report.target.fake, report.amp_dtypes
+    for exclusion in (x for x in report.lists.exclusions if x.applies(fake, dtypes)):
         if exclusion.overload not in in_policy:
             report.stale_exclusions.append(exclusion)
         elif exclusion.overload in report.covered:
             report.needless_exclusions.append(exclusion)
         else:
             report.excluded[exclusion.overload] = exclusion
-    report.missing = [n for n in policy if n not in report.covered and n not in report.excluded]
-    return report
+            report.unchecked.pop(exclusion.overload, None)
+    report.missing = [n for n in report.policy if n not in report.covered
+                      and n not in report.excluded and n not in report.unchecked]
+
+
+def _conditions(x: oplist.Exclusion) -> str:
+    """An exclusion's conditions in words, for the note saying it does not hold here."""
+    words = [f"only {'with' if x.fake else 'without'} --fake"] if x.fake is not None else []
+    if x.requires:
+        words.append(f"only where the machine lacks {x.requires}")
+    return ", ".join(words)
 
 
 def format_report(report: Report, verbose: bool = True) -> str:
@@ -287,6 +256,9 @@ def format_report(report: Report, verbose: bool = True) -> str:
         lines.append(f"covered ({len(report.covered)}):")
         for name in sorted(report.covered):
             lines.append(f"  {name}  <- {', '.join(report.covered[name])}")
+    lines.append(f"reached but not checked ({len(report.unchecked)}):")
+    for name in sorted(report.unchecked):
+        lines.append(f"  {name}  <- {'; '.join(report.unchecked[name])}")
     lines.append(f"excluded ({len(report.excluded)}):")
     for name, exclusion in sorted(report.excluded.items()):
         lines.append(f"  {name}: {exclusion.reason} [{exclusion.path}]")
@@ -310,6 +282,9 @@ def format_report(report: Report, verbose: bool = True) -> str:
         + [f"  entry {r.entry.id}: not observed: {r.skipped}" for r in report.reaches if r.skipped]
         + [f"  exclude {x.overload}: {x.version_gap()}"
            for x in report.lists.exclusions if x.version_gap()]
+        + [f"  exclude {x.overload}: does not hold in this run ({_conditions(x)})"
+           for x in report.lists.exclusions
+           if x.version_gap() is None and not x.applies(report.target.fake, report.amp_dtypes)]
     )
     if verbose:
         notes += [f"  entry {r.entry.id} raised while observed: {e}"
@@ -322,20 +297,29 @@ def format_report(report: Report, verbose: bool = True) -> str:
 
 
 def check(
-    device: str, lists: OpList, target: Target, amp_dtypes: Sequence[torch.dtype]
+    device: str, lists: OpList, target: Target, amp_dtypes: Sequence[torch.dtype],
+    numerics: str = "bitwise",
 ) -> Report:
-    """Raise ConformanceFailure naming every policy overload neither covered nor excluded."""
-    report = compute(device, lists, target, amp_dtypes)
+    """Raise ConformanceFailure naming every policy overload neither covered nor excluded:
+    the missing ones and those reached only where nothing checks them."""
+    report = compute(device, lists, target, amp_dtypes, numerics)
+    if not report.failed:
+        return report
+    parts = [f"{report.summary}: in torch {torch.__version__}:"]
     if report.missing:
-        raise ConformanceFailure(
-            f"{report.summary}: these {report.key} overloads of torch {torch.__version__} are "
-            f"neither reached by an op-list entry nor excluded with a reason:\n"
-            + "\n".join(f"  {name}" for name in report.missing)
-            + "\nadd entries that reach them (or [[exclude]] tables with the reason they cannot "
-            "be reached from Python) to the op list of "
-            f"{device}: {', '.join(lists.paths) or '(none)'}"
-        )
-    return report
+        parts.append(f"these {report.key} overloads are neither reached by an op-list entry "
+                     "nor excluded with a reason:")
+        parts += [f"  {name}" for name in report.missing]
+    if report.unchecked:
+        parts.append(f"these {report.key} overloads are reached but not checked (only by "
+                     f"entries whose policy check is skipped on {target}, or by calls that "
+                     "raised):")
+        parts += [f"  {name}  <- {'; '.join(report.unchecked[name])}"
+                  for name in sorted(report.unchecked)]
+    parts.append("add entries whose policy check reaches them here (or [[exclude]] tables with "
+                 "the reason they cannot be checked here) to the op list of "
+                 f"{device}: {', '.join(lists.paths) or '(none)'}")
+    raise ConformanceFailure("\n".join(parts))
 
 
 # -- command line --------------------------------------------------------------------
@@ -380,7 +364,8 @@ def _lists(device: str, extra: Sequence[str]) -> OpList:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the coverage report; exit status 1 when an overload is missing, 2 on bad input."""
+    """Print the coverage report; exit status 1 when an overload is missing or reached but
+    not checked, 2 on bad input."""
     try:
         for module in args.backend_module:
             import_backend(module)
@@ -392,4 +377,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = compute(args.device, lists, target)
     print(format_report(report, verbose=not args.quiet))
-    return 1 if report.missing else 0
+    return 1 if report.failed else 0

@@ -153,7 +153,9 @@ def not_applicable(target: Target, dtype: torch.dtype, row: RnnRow) -> str | Non
     return None
 
 
-_FAKE_RUNTIME = ("not compiled with", "not linked with support", "An unexpected device type")
+_FAKE_RUNTIME = ("not compiled with", "not linked with support", "An unexpected device type",
+                 # a CUDA build without a GPU takes the fused-cell path, which has no Meta kernel
+                 "no fake impl or Meta kernel registered", "Found no NVIDIA driver")
 
 
 def run_forward(target: Target, dtype: torch.dtype, row: RnnRow) -> tuple:
@@ -169,11 +171,12 @@ def run_forward(target: Target, dtype: torch.dtype, row: RnnRow) -> tuple:
             module, x, inp = build(target, row, module)
             with target.autocast(dtype):
                 return module, x, module(inp)
-    except (RuntimeError, AssertionError) as exc:  # torch.cuda._lazy_init asserts
+    except (RuntimeError, AssertionError, NotImplementedError) as exc:  # _lazy_init asserts
         if target.fake and any(text in str(exc) for text in _FAKE_RUNTIME):
             raise NotApplicable(f"not applicable in --fake mode: {row.mode} on fake {target.device} "
-                        f"calls into the {target.device} runtime, which this torch build "
-                        f"lacks: {str(exc).splitlines()[0]}") from None
+                                f"takes a path fake tensors cannot run on this torch build "
+                                f"(the device's runtime or a kernel without a Meta "
+                                f"implementation): {str(exc).splitlines()[0]}") from None
         raise
 
 

@@ -50,6 +50,8 @@ class Observation:
     entered: bool | None = None
     #: what discover inferred beyond the dtypes (no review needed)
     remark: str = ""
+    #: the first line of the error the call raised outside autocast, if it did
+    outside_error: str = ""
 
     @property
     def ran(self) -> bool:
@@ -176,6 +178,7 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
     return Observation(
         policy, _names(_dtypes(inside)), as_reference=as_reference,
         outside=None if isinstance(outside, Exception) else _names(_dtypes(outside)),
+        outside_error=first_line(outside, 120) if isinstance(outside, Exception) else "",
         review=review, entered=bool(entered), remark=remark,
     )
 

@@ -125,6 +125,10 @@ def entry_table(row: Row, group: list[str], reference: str, restrict: bool,
         table["error"] = obs.message
     if "expect_outside" in raw:  # the reference's, re-derived from what was seen here
         table["expect_outside"] = outside
+        if outside == "error" and obs.outside_error:  # the message seen, as the pattern
+            table["error_outside"] = re.escape(obs.outside_error)
+        elif outside != "error":
+            table.pop("error_outside", None)
     if restrict:
         table["amp_dtypes"] = list(group)
     note = f"observed {obs.policy}; {reference}: {row.reference}"

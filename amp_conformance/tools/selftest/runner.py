@@ -6,11 +6,19 @@ is applied in its own run of the suite, a subprocess::
     AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.tools.selftest.plugin \\
         --pyargs amp_conformance.suite -k <select> --device <device> [--fake]
 
-so mutants never leak into each other. A mutant is **killed** when that run fails and a
-failure message (the ``E`` lines of the report, not just a test id) contains the
-mutant's ``expect`` text: the suite caught it and said what is broken. Anything else is a
-survivor: the run passed (``survived``), failed without naming it (``unnamed``), or
+so mutants never leak into each other. A mutant is **killed** when that run fails and one
+failing test's own message (the ``E`` lines of its section of the report, not a test id,
+nor the messages of several tests pieced together) contains every one of the mutant's
+``expect`` texts: the suite caught it and that test said what is broken. Anything else is
+a survivor: the run passed (``survived``), failed without naming it (``unnamed``), or
 errored or timed out (``error``).
+
+``--numerics close`` runs the campaign of
+:data:`amp_conformance.tools.selftest.mutants_numerics.CLOSE_MODE` (or the ``--only``
+mutants) with the suite's ``--numerics close``: the mutants that close mode must still
+catch (wrong dtype, wrong op, values 1% off), and those declared to survive there (the
+one-ulp ones, within assert_close's tolerances by design), which fail the campaign if
+they are killed instead.
 
 Before any mutant, the union of the selections runs unmutated (one run per device tier);
 if that baseline is not green the campaign stops with exit status 2, since a kill on a
@@ -34,7 +42,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant
 
@@ -43,6 +51,9 @@ from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant
 PYTEST_OPTIONS = ("-q", "--tb=short", "--color=no", "-p", "no:cacheprovider", "-rfE")
 
 _SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s(?: \(.*\))? =+\s*$")
+_FAILURES = re.compile(r"^=+ FAILURES =+$")
+_SECTION = re.compile(r"^=+ .+ =+$")
+_TEST_HEADER = re.compile(r"^_{2,} (.+?) _{2,}$")
 _OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
 
 
@@ -78,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="known gaps (mutants the suite is known not to catch yet) that "
                              "survive fail the campaign too")
+    parser.add_argument("--numerics", choices=("bitwise", "close"), default="bitwise",
+                        help="close: run the close-mode campaign (the mutants close mode must "
+                             "catch, and the one-ulp ones it is declared to let through) with "
+                             "the suite's --numerics close; with --only, those mutants")
 
 
 # -- selection -----------------------------------------------------------------------
@@ -104,6 +119,28 @@ def select_mutants(device: str | None, fake: bool, only: Sequence[str] = (),
     if fake:
         return [m for m in CATALOGUE.values() if m.fake and device in (None, m.device)]
     return [m for m in CATALOGUE.values() if not m.fake and m.device == (device or "cpu")]
+
+
+def in_close_mode(m: Mutant) -> Mutant:
+    """``m`` run with the suite's ``--numerics close`` (same name: the plugin finds it)."""
+    if "--numerics" in m.options:
+        return m
+    return replace(m, options=(*m.options, "--numerics", "close"))
+
+
+def close_campaign(only: Sequence[str] = ()) -> tuple[list[Mutant], dict[str, str]]:
+    """``--numerics close``: the mutants CLOSE_MODE names (or those ``only`` names), each in
+    close mode, and why each one declared to survive there does."""
+    # the catalogue imports the family (FAMILIES), so that the runs find its mutants too
+    from amp_conformance.tools.selftest.mutants_numerics import CLOSE_MODE
+
+    names = list(dict.fromkeys(only)) if only else list(CLOSE_MODE)
+    unknown = [n for n in names if n not in CATALOGUE]
+    if unknown:
+        raise SelectionError(f"--numerics close: no mutant {' '.join(unknown)} in the catalogue "
+                             "(is the numerics family imported?)")
+    declared = {n: why for n in names if (why := CLOSE_MODE.get(n)) is not None}
+    return [in_close_mode(CATALOGUE[n]) for n in names], declared
 
 
 def tiers(mutants: Iterable[Mutant]) -> dict[tuple[str, ...], list[Mutant]]:
@@ -145,10 +182,20 @@ class Run:
         text = ", ".join(f"{n} {k}" for k, n in counts.items() if k != "deselected")
         return text or "no summary"
 
-    def messages(self) -> str:
-        """The failure messages: the ``E`` lines of the report."""
-        return "\n".join(line[1:].strip() for line in self.output.splitlines()
-                         if line.startswith("E ") or line == "E")
+    def failures(self) -> dict[str, str]:
+        """Each failing test's own message, by test name: the ``E`` lines of its section
+        (``____ name ____``) of the FAILURES part of pytest's ``--tb=short`` report."""
+        found: dict[str, list[str]] = {}
+        current, inside = None, False
+        for line in self.output.splitlines():
+            if _FAILURES.match(line) or (inside and _SECTION.match(line)):
+                inside, current = bool(_FAILURES.match(line)), None
+            elif inside and (header := _TEST_HEADER.match(line)):
+                current = header.group(1)
+                found.setdefault(current, [])
+            elif current is not None and (line.startswith("E ") or line == "E"):
+                found[current].append(line[1:].strip())
+        return {name: "\n".join(lines) for name, lines in found.items()}
 
 
 def bytecode_cache() -> str:
@@ -224,15 +271,17 @@ def judge(mutant: Mutant, run: Run) -> Verdict:
         return Verdict(mutant, run, "error",
                        f"pytest exit status {run.returncode} ({run.summary()}), not a test "
                        f"failure: {last[0].strip()[:200]}")
-    messages = run.messages()
-    missing = [text for text in mutant.expected_texts if text not in messages]
-    if missing:
+    texts = mutant.expected_texts
+    failures = run.failures()
+    naming = [name for name, message in failures.items() if all(t in message for t in texts)]
+    if not naming:
+        nowhere = [t for t in texts if not any(t in m for m in failures.values())]
+        why = (f"none says {' / '.join(map(repr, nowhere))}" if nowhere
+               else "each says only part of it")
         return Verdict(mutant, run, "unnamed",
-                       f"{counts['failed']} failed, but no failure message says "
-                       f"{' / '.join(repr(t) for t in missing)}")
-    failed = [line.split(" - ")[0].removeprefix("FAILED ").split("::")[-1]
-              for line in run.output.splitlines() if line.startswith("FAILED ")]
-    shown = ", ".join(failed[:2]) + (f" (+{len(failed) - 2})" if len(failed) > 2 else "")
+                       f"{counts['failed']} failed, but no failing test's own message says "
+                       f"{' and '.join(repr(t) for t in texts)} ({why})")
+    shown = ", ".join(naming[:2]) + (f" (+{len(naming) - 2})" if len(naming) > 2 else "")
     return Verdict(mutant, run, "killed", f"by {shown}")
 
 
@@ -257,64 +306,96 @@ def _selected(args: argparse.Namespace) -> list[Mutant]:
     return mutants
 
 
+def _campaign(args: argparse.Namespace) -> tuple[list[Mutant], dict[str, str]]:
+    """The mutants to run, and why each one declared to survive (close mode) does."""
+    if args.numerics == "close":
+        return close_campaign(args.only)
+    return _selected(args), {}
+
+
+def _baselines_green(groups: dict[tuple[str, ...], list[Mutant]], args: argparse.Namespace,
+                     cwd: str) -> bool:
+    """Run the unmutated union of each tier's selections; print it and say so if not green."""
+    for base in _run_baselines(groups, args, cwd):
+        if base.returncode != 0 or not base.outcomes.get("passed"):
+            print(base.output)
+            print(f"selftest: BASELINE NOT GREEN: {base.label} (exit status "
+                  f"{base.returncode}, {base.summary()}): the unmutated suite must pass "
+                  "the union of the mutants' selections before any kill means anything")
+            return False
+        print(f"baseline  {base.label}: {base.summary()} ({base.seconds:.1f}s)", flush=True)
+    return True
+
+
+def _run_mutants(mutants: list[Mutant], args: argparse.Namespace, cwd: str) -> list[Verdict]:
+    def one(m: Mutant) -> Verdict:
+        return judge(m, run_suite(m.name, m.select, m.suite_options(), m.name, args.timeout, cwd))
+
+    verdicts: list[Verdict] = []
+    width = max(len(m.name) for m in mutants)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for v in pool.map(one, mutants):
+            verdicts.append(v)
+            print(f"{v.status.upper():<8}  {v.mutant.name:<{width}}  {v.run.seconds:5.1f}s  "
+                  f"{v.detail}", flush=True)
+    return verdicts
+
+
+def _summary(verdicts: list[Verdict], declared: dict[str, str], strict: bool) -> int:
+    """``killed K/N`` over the mutants that must be killed, then the survivors, then the
+    declared survivors (close mode); exit status 1 when one that counts went wrong."""
+    must = [v for v in verdicts if v.mutant.name not in declared]
+    survivors = [v for v in must if not v.killed]
+    failing = [v for v in survivors if strict or v.mutant.gap is None]
+    print(f"killed {len(must) - len(survivors)}/{len(must)}")
+    for v in survivors:
+        gap = f" [known gap: {v.mutant.gap}]" if v.mutant.gap else ""
+        print(f"  {v.status}: {v.mutant.name} ({v.mutant.tier}): {v.detail}{gap}")
+    for v in must:
+        if v.killed and v.mutant.gap:
+            print(f"  gap closed: {v.mutant.name} is killed now; drop its gap note")
+    for v in verdicts:
+        if v.mutant.name not in declared:
+            continue
+        if v.status == "survived":
+            print(f"  survived as declared: {v.mutant.name}: {declared[v.mutant.name]}")
+        else:
+            failing.append(v)
+            print(f"  declared to survive, but {v.status}: {v.mutant.name}: {v.detail}")
+    return 0 if not failing else 1
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        mutants = _selected(args)
+        mutants, declared = _campaign(args)
     except SelectionError as exc:  # a usage error, not a survivor: exit 2, not 1
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.list:
         width = max(len(m.name) for m in mutants)
         for m in mutants:
-            print(f"{m.name:<{width}}  {m.tier:<11}  {m.description}")
+            note = "  [survives close mode by design]" if m.name in declared else ""
+            print(f"{m.name:<{width}}  {m.tier:<11}  {m.description}{note}")
         return 0
-    jobs = max(1, args.jobs)
     groups = tiers(mutants)
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), _children_cpu()
+    mode = ", --numerics close" if args.numerics == "close" else ""
     print(f"selftest: {len(mutants)} mutants, tiers {', '.join(sorted({m.tier for m in mutants}))}"
-          f", {jobs} jobs, torch {_torch_version()}", flush=True)
-    cpu_before = _children_cpu()
+          f"{mode}, {max(1, args.jobs)} jobs, torch {_torch_version()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="amp-selftest-") as cwd:
-        for base in _run_baselines(groups, args, cwd):
-            counts = base.outcomes
-            if base.returncode != 0 or not counts.get("passed"):
-                print(base.output)
-                print(f"selftest: BASELINE NOT GREEN: {base.label} (exit status "
-                      f"{base.returncode}, {base.summary()}): the unmutated suite must pass "
-                      "the union of the mutants' selections before any kill means anything")
-                return 2
-            print(f"baseline  {base.label}: {base.summary()} ({base.seconds:.1f}s)", flush=True)
-
-        def one(m: Mutant) -> Verdict:
-            return judge(m, run_suite(m.name, m.select, m.suite_options(), m.name,
-                                      args.timeout, cwd))
-
-        verdicts: list[Verdict] = []
-        width = max(len(m.name) for m in mutants)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for v in pool.map(one, mutants):
-                verdicts.append(v)
-                print(f"{v.status.upper():<8}  {v.mutant.name:<{width}}  {v.run.seconds:5.1f}s  "
-                      f"{v.detail}", flush=True)
-    survivors = [v for v in verdicts if not v.killed]
-    failing = [v for v in survivors if args.strict or v.mutant.gap is None]
+        if not _baselines_green(groups, args, cwd):
+            return 2
+        verdicts = _run_mutants(mutants, args, cwd)
     if args.show_output:
-        for v in survivors:
-            print(f"\n----- {v.mutant.name}: {reproduction(v.mutant)}")
-            print(v.run.output)
-    elapsed = time.perf_counter() - started
+        for v in verdicts:
+            if not v.killed and not (v.mutant.name in declared and v.status == "survived"):
+                print(f"\n----- {v.mutant.name}: {reproduction(v.mutant)}")
+                print(v.run.output)
     cpu = _children_cpu() - cpu_before
     load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    print(f"time: {elapsed:.1f}s wall, {cpu:.1f}s CPU in the runs, for {len(verdicts)} mutants "
-          f"+ {len(groups)} baseline run(s), {jobs} jobs{load}")
-    print(f"killed {len(verdicts) - len(survivors)}/{len(verdicts)}")
-    for v in survivors:
-        gap = f" [known gap: {v.mutant.gap}]" if v.mutant.gap else ""
-        print(f"  {v.status}: {v.mutant.name} ({v.mutant.tier}): {v.detail}{gap}")
-    for v in verdicts:
-        if v.killed and v.mutant.gap:
-            print(f"  gap closed: {v.mutant.name} is killed now; drop its gap note")
-    return 0 if not failing else 1
+    print(f"time: {time.perf_counter() - started:.1f}s wall, {cpu:.1f}s CPU in the runs, for "
+          f"{len(verdicts)} mutants + {len(groups)} baseline run(s), {max(1, args.jobs)} jobs{load}")
+    return _summary(verdicts, declared, args.strict)
 
 
 def _children_cpu() -> float:
