@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from amp_conformance.core import devices
-from amp_conformance.core.backend import BackendError, import_backend
-from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.core.resolve import SettingsError
+from amp_conformance.core.resolve import resolve as resolve_run
+from amp_conformance.core.target import Target
 
 #: Short aliases and the canonical option each stands for.
 ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake",
@@ -126,47 +126,15 @@ class Settings:
 
 
 def resolve(config: pytest.Config) -> Settings:
-    """Validate the options; raise pytest.UsageError with what is allowed."""
-    for module in config.getoption("amp_backend_modules"):
-        try:
-            import_backend(module)
-        except BackendError as exc:  # ImportError, any other exception, sys.exit
-            raise pytest.UsageError(f"amp-conformance: {exc}") from None
-    device = config.getoption("amp_device")
-    fake = config.getoption("amp_fake")
+    """Validate the options (core.resolve, shared with discover and coverage); raise
+    pytest.UsageError with what is allowed."""
     try:
-        devices.validate(device)
-    except devices.DeviceError as exc:
+        resolved = resolve_run(config.getoption("amp_device"), bool(config.getoption("amp_fake")),
+                               config.getoption("amp_dtype") or (),
+                               config.getoption("amp_backend_modules") or ())
+    except SettingsError as exc:
         raise pytest.UsageError(f"amp-conformance: {exc}") from None
-    if fake:
-        if not fake_supported(device):
-            raise pytest.UsageError(
-                f"amp-conformance: --fake needs Autocast kernels for {device!r} registered in the "
-                f"running torch ({devices.dispatch_key(device)} has none); use it for a device "
-                "other than cpu whose policy torch registers, e.g. cuda, xpu, mps"
-            )
-    elif not devices.is_available(device):
-        raise pytest.UsageError(
-            f"amp-conformance: device {device!r} is not available here "
-            f"(torch.{device}.is_available() is false), so nothing can be checked on it. "
-            f"Run where the device is present, or add --fake to check its autocast policy "
-            "without the hardware."
-        )
-    supported = devices.supported_amp_dtypes(device, fake)
-    requested = config.getoption("amp_dtype")
-    if requested:
-        try:
-            dtypes = tuple(dict.fromkeys(devices.parse_dtype(n) for n in requested))
-        except devices.DeviceError as exc:
-            raise pytest.UsageError(f"amp-conformance: {exc}") from None
-        unsupported = [d for d in dtypes if d not in supported]
-        if unsupported:
-            raise pytest.UsageError(
-                f"amp-conformance: {device} autocast does not support "
-                f"{', '.join(map(str, unsupported))}; it supports {', '.join(map(str, supported))}"
-            )
-    else:
-        dtypes = tuple(supported)
+    device, fake, dtypes = resolved.device, resolved.fake, resolved.amp_dtypes
     return Settings(
         device=device,
         amp_dtypes=dtypes,

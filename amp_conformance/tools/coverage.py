@@ -37,9 +37,9 @@ import torch
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
-from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.dispatch import OBSERVER_KEY, Observer, policy_overloads  # noqa: F401
 from amp_conformance.core.errors import ConformanceFailure, describe_error
+from amp_conformance.core.resolve import SettingsError, resolve
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported
 from amp_conformance.plugin.parametrize import not_applicable
@@ -367,12 +367,10 @@ def run(args: argparse.Namespace) -> int:
     """Print the coverage report; exit status 1 when an overload is missing or reached but
     not checked, 2 on bad input."""
     try:
-        for module in args.backend_module:
-            import_backend(module)
-        _device(args.device)
-        target = default_target(args.device, args.fake)
+        # fake=None: coverage needs no values, so it takes the fake tier where the device is absent
+        target = resolve(args.device, args.fake or None, (), args.backend_module).target
         lists = _lists(args.device, args.oplist)
-    except (devices.DeviceError, oplist.OpListError, BackendError) as exc:
+    except (SettingsError, oplist.OpListError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     report = compute(args.device, lists, target)

@@ -34,8 +34,8 @@ import torch
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
-from amp_conformance.core.backend import BackendError, import_backend
-from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.core.resolve import SettingsError, resolve
+from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
 from amp_conformance.tools.discover.observe import (  # noqa: F401 - the module's public names
     LIST_POLICY,
@@ -97,23 +97,10 @@ def discover(device: str, reference: str, target: Target,
 
 def run(args: argparse.Namespace) -> int:
     try:
-        for module in args.backend_module:
-            import_backend(module)
-        devices.validate(args.device)
-        if args.fake and not fake_supported(args.device):
-            raise devices.DeviceError(
-                f"--fake needs Autocast kernels for {args.device!r} registered in this torch")
-        if not args.fake and not devices.is_available(args.device):
-            raise devices.DeviceError(f"device {args.device!r} is not available here; add --fake "
-                                      "to observe its registered policy without it")
-        supported = devices.supported_amp_dtypes(args.device, args.fake)
-        dtypes = ([devices.parse_dtype(n) for n in args.amp_dtype] if args.amp_dtype else supported)
-        refused = [d for d in dtypes if d not in supported]
-        if refused:
-            raise devices.DeviceError(f"{args.device} autocast does not support "
-                                      f"{', '.join(map(str, refused))}")
-        rows = discover(args.device, args.reference, Target(args.device, args.fake), dtypes)
-    except (devices.DeviceError, oplist.OpListError, BackendError) as exc:
+        resolved = resolve(args.device, args.fake, args.amp_dtype or (), args.backend_module)
+        dtypes, supported = list(resolved.amp_dtypes), list(resolved.supported)
+        rows = discover(args.device, args.reference, resolved.target, dtypes)
+    except (SettingsError, oplist.OpListError) as exc:
         print(f"amp-conformance discover: {exc}", file=sys.stderr)
         return 2
     text = render_list(args.device, args.reference, rows, dtypes, args.fake, supported)
