@@ -229,8 +229,12 @@ def test_an_overload_reached_only_where_nothing_checks_it_is_reported_and_fails(
     rc = main(["coverage", "--device", "cpu", "--oplist", str(path), "-q"])
     out = capsys.readouterr().out
     assert rc == 1, out[-3000:]
-    assert out.strip().splitlines()[-1] == (
-        "coverage cpu: 125/127 covered, 2 reached but not checked, 0 excluded, 0 missing")
+    # on a CPU without the oneDNN LSTM primitive (AVX2 only) mkldnn_rnn_layer is excluded
+    # by its hardware probe instead of covered: covered + excluded is the same everywhere
+    last = out.strip().splitlines()[-1]
+    counts = re.fullmatch(r"coverage cpu: (\d+)/127 covered, 2 reached but not checked, "
+                          r"(\d+) excluded, 0 missing", last)
+    assert counts and int(counts[1]) + int(counts[2]) == 125, last
     section = out[out.index("reached but not checked (2):"):out.index("excluded (")]
     assert "aten::max_pool3d  <- max_pool3d (policy check skipped: a skip of this run)" in section
     assert "aten::fft_rfft2  <- fft_rfft2 (raised: " in section and "IndexError" in section
