@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amp_conformance.plugin.report.files import write_report
 from amp_conformance.plugin.report.journal import journal_path, rebuild
-from amp_conformance.plugin.report.render import render_html, render_markdown, run_warning
+from amp_conformance.plugin.report.render import run_warning
 
 DEFAULT_REPORT = "amp-conformance-report/report.json"
 INCOMPLETE = 3
@@ -123,9 +124,7 @@ def settle_report(report: Path, returncode: int, killed: str | None) -> dict[str
                             "how": _describe_exit(returncode)}}
         data = rebuild(journal)
         data["run"]["how"] = killed or _describe_exit(returncode)
-        report.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        report.with_suffix(".html").write_text(render_html(data), encoding="utf-8")
-        report.with_suffix(".md").write_text(render_markdown(data), encoding="utf-8")
+        write_report(report, data)
     return data
 
 

@@ -12,7 +12,6 @@ the ones pytest prints.
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 
 from amp_conformance.core import devices
 from amp_conformance.plugin import verdict
+from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import (
     Accumulator,
     Journal,
@@ -29,18 +29,11 @@ from amp_conformance.plugin.report.journal import (
     journal_path,
 )
 from amp_conformance.plugin.report.paths import validate_report_path
-from amp_conformance.plugin.report.render import render_html, render_markdown
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import check_of, declarations
 
 ITEM_PROPERTY = "amp_item"
 OBSERVED_PROPERTY = "amp_observed"
-
-
-def report_paths(path: str | Path) -> tuple[Path, Path, Path]:
-    """The JSON, HTML and Markdown files of ``--conformance-report PATH.json``."""
-    json_path = Path(path)
-    return json_path, json_path.with_suffix(".html"), json_path.with_suffix(".md")
 
 
 def _requested(config: pytest.Config) -> str | None:
@@ -214,12 +207,7 @@ class ReportWriter:
         self._write(build_report(self.acc))
 
     def _write(self, data: dict[str, Any]) -> None:
-        json_path, html_path, md_path = report_paths(self.path)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        html_path.write_text(render_html(data), encoding="utf-8")
-        md_path.write_text(render_markdown(data), encoding="utf-8")
-        self.written = [json_path, html_path, md_path]
+        self.written = write_report(self.path, data)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.written:

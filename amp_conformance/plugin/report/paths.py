@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from amp_conformance.plugin.report.files import report_paths
 from amp_conformance.plugin.report.journal import journal_path
 
 
@@ -54,7 +55,7 @@ def validate_report_path(path: Path) -> None:
     if path.suffix != ".json":
         raise _fail(path, "expected a path ending in .json (the HTML and Markdown files are "
                           "written beside it)")
-    for target in (path, path.with_suffix(".html"), path.with_suffix(".md"), journal_path(path)):
+    for target in (*report_paths(path), journal_path(path)):
         name = "it" if target == path else str(target)
         if target.is_dir():
             raise _fail(path, f"{name} is a directory")

@@ -112,6 +112,15 @@ def keep_dtype(op: str, dispatch_key: str = "AutocastCPU") -> Callable[[], Undo]
     return lambda: override_kernel(op, dispatch_key, lambda redispatch: redispatch)
 
 
+def no_kernel(op: str, dispatch_key: str = "AutocastCPU") -> Callable[[], Undo]:
+    """A backend with no autocast kernel at all for ``op``: a fallthrough at the key."""
+    def apply() -> Undo:
+        library = torch.library.Library("aten", "IMPL")
+        library.impl(op, torch.library.fallthrough_kernel, dispatch_key)
+        return library._destroy
+    return apply
+
+
 def _cast_all(value: Any, dtype: torch.dtype, should_cast: Callable[[torch.Tensor], bool]) -> Any:
     return map_tensors(lambda t: t.to(dtype) if should_cast(t) else t, value)
 
@@ -256,6 +265,14 @@ register(Mutant(
     apply=keep_dtype("linear"),
     expect=("torch._C._nn.linear", "expected torch.bfloat16"),
     select="test_policy and nn_16-linear",
+))
+register(Mutant(
+    name="cat-no-autocast-kernel",
+    description="no AutocastCPU kernel for cat at all: builtin promotion gives the promote "
+                "policy's dtypes, so only the kernel-entry observation can tell",
+    apply=no_kernel("cat"),
+    expect=("torch.cat entered no AutocastCPU kernel",),
+    select="test_policy and torch_need_autocast_promote-cat",
 ))
 register(Mutant(
     name="sdpa-kept-fp32",
