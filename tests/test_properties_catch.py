@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +52,13 @@ def ci(monkeypatch):
     suite catches."""
     monkeypatch.setattr(profiles, "_selected", "ci")
     return profiles.selected()
+
+
+@pytest.fixture
+def ci_part(ci):
+    """The ci profile for an item of one part of a property (one op of a policy, one rule
+    of the region machine): what the suite's per-op and per-rule items run."""
+    return profiles.selected_part()
 
 
 @pytest.fixture
@@ -132,25 +141,87 @@ def test_regions_machine_checks_the_fake_target(monkeypatch, ci):
            regions.PROPERTY, "target.autocast(", "cuda state")
 
 
+class InheritingThread(threading.Thread):
+    """A thread that starts with the autocast state (cpu) of the thread that made it."""
+
+    def __init__(self, target=None, **kwargs):
+        outer = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+        def body():
+            torch.set_autocast_enabled("cpu", outer[0])
+            torch.set_autocast_dtype("cpu", outer[1])
+            target()
+
+        super().__init__(target=body, **kwargs)
+
+
+def plant_inheriting_threads(monkeypatch) -> None:
+    """Threads of the region machine inherit autocast state (only regions.py sees them)."""
+    monkeypatch.setattr(regions, "threading", types.SimpleNamespace(Thread=InheritingThread))
+
+
+def plant_undecorating_decorator(monkeypatch) -> None:
+    """autocast used as a decorator returns the function as it was: no region."""
+    monkeypatch.setattr(autocast_mode.autocast, "__call__", lambda self, func: func)
+
+
+def plant_exit_forgetting_dtype_on_error(monkeypatch) -> None:
+    """An __exit__ that forgets the outer dtype when the region's body raised."""
+    real = autocast_mode.autocast.__exit__
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if exc_type is None:
+            return real(self, exc_type, exc_val, exc_tb)
+        return _exit_forgetting("dtype")(self, exc_type, exc_val, exc_tb)
+
+    monkeypatch.setattr(autocast_mode.autocast, "__exit__", __exit__)
+
+
 def test_regions_machine_catches_state_shared_across_threads(monkeypatch, ci):
     """A new thread that inherits this thread's autocast state breaks thread-locality."""
-    real_thread = regions.threading.Thread
-    enabled = torch.is_autocast_enabled
-
-    class InheritingThread(real_thread):
-        def __init__(self, target=None, **kwargs):
-            outer = enabled("cpu"), torch.get_autocast_dtype("cpu")
-
-            def body():
-                torch.set_autocast_enabled("cpu", outer[0])
-                torch.set_autocast_dtype("cpu", outer[1])
-                target()
-
-            super().__init__(target=body, **kwargs)
-
-    monkeypatch.setattr(regions.threading, "Thread", InheritingThread)
+    plant_inheriting_threads(monkeypatch)
     _fails(lambda: regions.run_regions_machine(CPU, ci), regions.PROPERTY,
-           "in a new thread")
+           "in a new thread", "in rule fresh_thread")
+
+
+#: the rules that leave a region by an exception
+_RAISING = {"region_body_raises", "exit_region_by_exception", "decorated_call"}
+#: rule -> (a planted bug the rule reaches, every rule that reaches it, what the failure says)
+RULE_BUGS = {
+    "decorated_call": (plant_undecorating_decorator, {"decorated_call"},
+                       "inside a function decorated with"),
+    "fresh_thread": (plant_inheriting_threads, {"fresh_thread"}, "in a new thread"),
+    "region_body_raises": (plant_exit_forgetting_dtype_on_error, _RAISING, "state"),
+    "exit_region_by_exception": (plant_exit_forgetting_dtype_on_error, _RAISING, "state"),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULE_BUGS))
+def test_rule_bug_caught_by_its_own_machine(monkeypatch, ci, ci_part, rule):
+    """(d) a bug that the base rules do not reach fails the machine of the base rules plus
+    the rule (what its suite item runs), naming the rule; the machine of the rules that
+    do not reach it (what all_rules runs when their items are expected failures) passes."""
+    plant, reached_by, text = RULE_BUGS[rule]
+    plant(monkeypatch)
+    _fails(lambda: regions.run_regions_machine(CPU, ci_part, rules=(*regions.BASE_RULES, rule)),
+           regions.PROPERTY, f"in rule {rule} (machine of the rules enter_region, exit_region, "
+           f"{rule})", text)
+    regions.run_regions_machine(CPU, ci, rules=set(regions.RULES) - reached_by)
+
+
+def test_machine_hides_the_rules_left_out():
+    """make_machine(target, rules): Hypothesis (as installed) finds exactly those rules."""
+    machine = regions.make_machine(CPU, ["fresh_thread", "enter_region", "exit_region"])
+    assert machine.rule_names == ("enter_region", "exit_region", "fresh_thread")
+    assert machine is regions.make_machine(CPU, ("enter_region", "exit_region", "fresh_thread"))
+    found = {r.function.__name__ for r in machine.setup_state().rules}
+    assert found == {"enter_region", "exit_region", "fresh_thread"}
+    assert machine.decorated_call is None
+    every = {r.function.__name__ for r in regions.make_machine(CPU).setup_state().rules}
+    assert every == set(regions.RULES)
+    for bad in (["no_such_rule"], ["exit_region"], []):
+        with pytest.raises(ValueError, match="no state machine of the rules"):
+            regions.make_machine(CPU, bad)
 
 
 def test_regions_machine_catches_entry_that_does_not_warn(monkeypatch, ci):
@@ -333,7 +404,7 @@ def _floating_to(dtype):
     return lambda t: t.to(dtype) if t.is_floating_point() else t
 
 
-def test_lower_property_catches_cast_of_float64(ci):
+def test_lower_property_catches_cast_of_float64(ci_part):
     """A kernel that casts every floating input, float64 included."""
 
     def mm(a, b):
@@ -342,11 +413,11 @@ def test_lower_property_catches_cast_of_float64(ci):
 
     with autocast_cpu_kernel("mm", mm):
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"]),
+            CPU, torch.bfloat16, "lower", ci_part, values=False, ops=["mm"]),
             policy_properties.POLICIES["lower"], "torch.mm", "reproduce:")
 
 
-def test_lower_values_property_catches_right_dtype_wrong_values(ci):
+def test_lower_values_property_catches_right_dtype_wrong_values(ci_part):
     """A kernel that computes in float32 and casts the result: the dtype is right, only
     the values test (bitwise against the hand-cast control) sees it."""
 
@@ -359,22 +430,22 @@ def test_lower_values_property_catches_right_dtype_wrong_values(ci):
 
     with autocast_cpu_kernel("mm", mm):
         policy_properties.check_policy_property(  # dtypes agree: passes
-            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"])
+            CPU, torch.bfloat16, "lower", ci_part, values=False, ops=["mm"])
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "lower", ci, values=True, ops=["mm"]),
+            CPU, torch.bfloat16, "lower", ci_part, values=True, ops=["mm"]),
             policy_properties.POLICIES["lower"], "values differ from the hand-cast control")
 
 
-def test_fp32_property_catches_missing_cast(ci):
+def test_fp32_property_catches_missing_cast(ci_part):
     """An fp32-policy kernel that forgets to cast lower-precision inputs to float32."""
     with autocast_cpu_kernel("mse_loss", lambda a, b, reduction=1: below_autocast(
             torch._C._nn.mse_loss, a, b, reduction)):
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "fp32", ci, values=False, ops=["mse_loss"]),
+            CPU, torch.bfloat16, "fp32", ci_part, values=False, ops=["mse_loss"]),
             policy_properties.POLICIES["fp32"])
 
 
-def test_promote_property_catches_cast_to_autocast_dtype(ci):
+def test_promote_property_catches_cast_to_autocast_dtype(ci_part):
     """A promote kernel that casts to the autocast dtype instead of the widest type."""
 
     def cat(tensors, dim=0):
@@ -384,7 +455,7 @@ def test_promote_property_catches_cast_to_autocast_dtype(ci):
 
     with autocast_cpu_kernel("cat", cat):
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "promote", ci, values=False, ops=["cat"]),
+            CPU, torch.bfloat16, "promote", ci_part, values=False, ops=["cat"]),
             policy_properties.POLICIES["promote"])
 
 
@@ -402,26 +473,26 @@ def _device_blind_mm(device: str, key: str) -> Callable:
     return mm
 
 
-def test_lower_property_catches_kernel_blind_to_device(ci):
+def test_lower_property_catches_kernel_blind_to_device(ci_part):
     """Only the calls that mix devices reach this bug (meta beside cpu): the other
     device's tensor is counted as cast, although the call then fails on both sides."""
     with autocast_cpu_kernel("mm", _device_blind_mm("cpu", "AutocastCPU")):
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "lower", ci, values=False, ops=["mm"]),
+            CPU, torch.bfloat16, "lower", ci_part, values=False, ops=["mm"]),
             policy_properties.POLICIES["lower"], "autocast cast an ineligible input",
             "tensor on meta")
 
 
-def test_lower_property_catches_kernel_blind_to_device_on_fake_cuda(ci):
+def test_lower_property_catches_kernel_blind_to_device_on_fake_cuda(ci_part):
     """The same bug in the AutocastCUDA kernel, run through --fake: a cpu tensor is cast."""
     with autocast_cpu_kernel("mm", _device_blind_mm("cuda", "AutocastCUDA"), "AutocastCUDA"):
         _fails(lambda: policy_properties.check_policy_property(
-            Target("cuda", fake=True), torch.float16, "lower", ci, values=False, ops=["mm"]),
+            Target("cuda", fake=True), torch.float16, "lower", ci_part, values=False, ops=["mm"]),
             policy_properties.POLICIES["lower"], "autocast cast an ineligible input",
             "tensor on cpu")
 
 
-def test_promote_property_catches_cast_of_integers(ci):
+def test_promote_property_catches_cast_of_integers(ci_part):
     """A promote kernel that also casts integer tensors to the widest type: cat promotes
     them to the same dtype anyway, so outputs and values agree; only the count of casts
     of the ineligible input sees it."""
@@ -439,7 +510,7 @@ def test_promote_property_catches_cast_of_integers(ci):
 
     with autocast_cpu_kernel("cat", cat):
         _fails(lambda: policy_properties.check_policy_property(
-            CPU, torch.bfloat16, "promote", ci, values=True, ops=["cat"]),
+            CPU, torch.bfloat16, "promote", ci_part, values=True, ops=["cat"]),
             policy_properties.POLICIES["promote"], "autocast cast an ineligible input")
 
 

@@ -23,6 +23,7 @@ from amp_conformance.core.target import Target
 from amp_conformance.properties import custom_fwd as cfp
 from amp_conformance.properties import policy as policy_properties
 from amp_conformance.properties import profiles, statistics
+from amp_conformance.properties.strategies import FORMS, Sizes, tensor_count
 
 SUITE = Path(amp_conformance.suite.__file__).parent
 TARGETS = [Target("cpu"), Target("cuda", fake=True)]
@@ -62,11 +63,12 @@ def ci(monkeypatch):
     monkeypatch.setattr(profiles, "_selected", "ci")
 
 
-def _assert_floors(reach: statistics.Reach, floors: dict[str, float]) -> None:
+def _assert_floors(reach: statistics.Reach, floors: dict[str, float],
+                   max_examples: int | None = None) -> None:
     low = {text: round(reach.share(text), 2) for text, floor in floors.items()
            if reach.share(text) < floor}
     assert not low, f"below the floors {floors}: {low}\n{reach.summary()}"
-    assert reach.examples >= profiles.selected().max_examples, reach.summary()
+    assert reach.examples >= (max_examples or profiles.selected().max_examples), reach.summary()
     assert reach.rejected <= MAX_REJECTED * reach.examples, reach.summary()
 
 
@@ -78,6 +80,27 @@ def test_policy_examples_reach_their_assertions(target, dtype, policy):
         target, dtype, policy, profiles.selected(), values=target.has_values)
     _assert_floors(reach, {**POLICY_FLOORS,
                            **({"values compared": 0.8} if target.has_values else {})})
+
+
+def _takes_two_tensors(op: str) -> bool:
+    return tensor_count(FORMS[op](Sizes(1, 1, 1, 1, 2))) > 1
+
+
+@pytest.mark.parametrize("target, dtype", list(zip(TARGETS, DTYPES, strict=True)), ids=str)
+def test_per_op_examples_reach_their_assertions(target, dtype):
+    """What the suite's items run: one op each, at the fewer examples of one part
+    (``profiles.selected_part``). An op of one tensor has no device mix of its own (the
+    device's tensor comes first); the other ops' items mix devices."""
+    part = profiles.selected_part()
+    for policy in policy_properties.POLICIES:
+        for cand in policy_properties.candidates(target, dtype, policy):
+            reach = policy_properties.check_policy_property(
+                target, dtype, policy, part, values=target.has_values, ops=[cand.op])
+            floors = {text: floor for text, floor in POLICY_FLOORS.items()
+                      if text != "device mix" or _takes_two_tensors(cand.op)}
+            if target.has_values:
+                floors["values compared"] = 0.8
+            _assert_floors(reach, floors, part.max_examples)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

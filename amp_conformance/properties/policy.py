@@ -81,6 +81,18 @@ def candidates(target: Target, amp_dtype: torch.dtype, policy: str,
     return list(found.values())
 
 
+def not_candidate(target: Target, amp_dtype: torch.dtype, policy: str, op: str,
+                  oplists: tuple[str, ...] = (), numerics: str = "bitwise") -> str | None:
+    """Why ``op`` is no candidate of ``policy`` under ``amp_dtype`` (its entries' skip
+    reasons), or None when it is one."""
+    if candidates(target, amp_dtype, policy, oplists, numerics, [op]):
+        return None
+    reasons = [Case(target, amp_dtype, e, numerics).skip_reason() or "no callable variant"
+               for e in load_oplist(target.device, oplists).entries
+               if e.policy == policy and e.op == op]
+    return "; ".join(dict.fromkeys(reasons)) or f"no entry of {op} has the {policy} policy"
+
+
 # -- generated examples --------------------------------------------------------------
 
 

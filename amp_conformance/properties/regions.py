@@ -17,7 +17,7 @@ import contextlib
 import functools
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,13 @@ from amp_conformance.properties.region_model import (
 
 PROPERTY = "autocast regions stack"
 MAX_DEPTH = 6
+#: The rules of :class:`AutocastRegions`. The base rules open and close the regions the
+#: others run inside: a machine of the base rules plus one rule checks that rule.
+BASE_RULES = ("enter_region", "exit_region")
+RULES = (*BASE_RULES, "exit_region_by_exception", "region_body_raises", "decorated_call",
+         "disabled_subregion", "fresh_thread")
+#: Rules that need an open region (a precondition on the depth): alone they never run.
+NEED_OPEN_REGION = frozenset({"exit_region", "exit_region_by_exception"})
 #: Dtypes that are no autocast dtype: torch.autocast warns and disables autocast.
 UNSUPPORTED = (torch.float64, torch.float32)
 _EXCEPTIONS = {"KeyError": KeyError, "RuntimeError": RuntimeError, "ValueError": ValueError}
@@ -151,6 +158,17 @@ def regions(target: Target) -> st.SearchStrategy[Region]:
     return st.sampled_from(region_devices(target)).flatmap(for_device)
 
 
+def _step(fn: Callable) -> Callable:
+    """Record which rule runs, for the failure message (applied under ``@rule``)."""
+
+    @functools.wraps(fn)
+    def run(self: AutocastRegions, *args: Any, **kwargs: Any) -> Any:
+        self.step = fn.__name__
+        return fn(self, *args, **kwargs)
+
+    return run
+
+
 class AutocastRegions(RuleBasedStateMachine):
     """Open and close autocast regions; after every step torch must agree with the model.
 
@@ -160,10 +178,13 @@ class AutocastRegions(RuleBasedStateMachine):
     """
 
     target: Target
+    #: the rules this machine runs (:func:`make_machine` hides the others)
+    rule_names: tuple[str, ...] = RULES
 
     def __init__(self) -> None:
         super().__init__()
         target = self.target
+        self.step = "the first step"  # the rule running, or last run (named by failures)
         self.device_types = region_devices(target)
         # The target's tensor context (FakeTensorMode when fake) is held for the
         # whole run of this machine and left in teardown: one per run, because
@@ -211,7 +232,8 @@ class AutocastRegions(RuleBasedStateMachine):
         self.failed = True
         body = "\n".join("    " + line for line in self.script + ([check] if check else []))
         raise ConformanceFailure(
-            f"{PROPERTY} on {self.target}: {problem}\n"
+            f"{PROPERTY} on {self.target}, in rule {self.step} (machine of the rules "
+            f"{', '.join(self.rule_names)}): {problem}\n"
             f"  reproduce (equivalent Python of the steps so far):\n{body}"
         )
 
@@ -259,6 +281,7 @@ class AutocastRegions(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.depth < MAX_DEPTH)
     @rule(data=st.data())
+    @_step
     def enter_region(self, data: st.DataObject) -> None:
         """Enter a region and keep it open across the following steps."""
         region = self._draw_region(data)
@@ -275,6 +298,7 @@ class AutocastRegions(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.depth > 0)
     @rule()
+    @_step
     def exit_region(self) -> None:
         number, context = self.open.pop()
         self.model.exit()
@@ -283,6 +307,7 @@ class AutocastRegions(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.depth > 0)
     @rule(error=st.sampled_from(tuple(_EXCEPTIONS)))
+    @_step
     def exit_region_by_exception(self, error: str) -> None:
         """Leave the innermost open region because its body raised."""
         number, context = self.open.pop()
@@ -296,6 +321,7 @@ class AutocastRegions(RuleBasedStateMachine):
                        f"# r{number}.__exit__ returned {suppressed!r}")
 
     @rule(data=st.data(), error=st.sampled_from(tuple(_EXCEPTIONS)))
+    @_step
     def region_body_raises(self, data: st.DataObject, error: str) -> None:
         """A complete region whose body raises: the error propagates, the state returns."""
         region = self._draw_region(data)
@@ -324,6 +350,7 @@ class AutocastRegions(RuleBasedStateMachine):
         self._check_warning(region, caught, warns, "# entering the region above")
 
     @rule(data=st.data(), raises=st.booleans(), calls=st.integers(1, 2))
+    @_step
     def decorated_call(self, data: st.DataObject, raises: bool, calls: int) -> None:
         """autocast used as a decorator: each call enters and leaves the region."""
         region = self._draw_region(data)
@@ -368,6 +395,7 @@ class AutocastRegions(RuleBasedStateMachine):
         self._check_warning(region, caught, warns, "# calling the decorated function")
 
     @rule(data=st.data())
+    @_step
     def disabled_subregion(self, data: st.DataObject) -> None:
         """An enabled=False subregion turns autocast off inside; leaving it restores."""
         device = data.draw(st.sampled_from(self.device_types), label="device")
@@ -384,6 +412,7 @@ class AutocastRegions(RuleBasedStateMachine):
                 self.model.exit()
 
     @rule()
+    @_step
     def fresh_thread(self) -> None:
         """Autocast state is per thread: a new thread starts with autocast off."""
         expected = self.model.fresh_thread()
@@ -407,6 +436,7 @@ class AutocastRegions(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Leave every open region, then put the state back exactly as it was found."""
         leftover: list[str] = []
+        self.step = f"teardown (after {self.step})"
         try:
             while self.open:
                 number, context = self.open.pop()
@@ -422,15 +452,46 @@ class AutocastRegions(RuleBasedStateMachine):
                        "first: " + "; ".join(leftover), "# (state after the last exit)")
 
 
+def rule_set(rules: Iterable[str]) -> tuple[str, ...]:
+    """``rules`` in the order of RULES; ValueError for an unknown or unrunnable set."""
+    chosen = set(rules)
+    if chosen - set(RULES) or chosen <= NEED_OPEN_REGION:
+        raise ValueError(f"no state machine of the rules {sorted(chosen)}: the rules are "
+                         f"{', '.join(RULES)}, and one that opens no region is needed")
+    return tuple(r for r in RULES if r in chosen)
+
+
+def make_machine(target: Target, rules: Iterable[str] = RULES) -> type[AutocastRegions]:
+    """The state machine for ``target`` that runs ``rules`` only (default: every rule)."""
+    return _machine(target, rule_set(rules))
+
+
 @functools.cache
-def make_machine(target: Target) -> type[AutocastRegions]:
-    """The state machine for ``target``: a subclass naming the device under test."""
+def _machine(target: Target, rules: tuple[str, ...]) -> type[AutocastRegions]:
+    """A subclass naming the device under test and its rules; the rules it leaves out are
+    hidden by attributes set to None (Hypothesis finds rules with inspect.getmembers)."""
     name = f"AutocastRegions_{target.device}{'_fake' if target.fake else ''}"
-    return type(name, (AutocastRegions,), {"target": target, "__qualname__": name})
+    name += "" if rules == RULES else "__" + "__".join(rules)
+    hidden = dict.fromkeys(set(RULES) - set(rules))
+    machine = type(name, (AutocastRegions,), {"target": target, "rule_names": rules,
+                                              "__qualname__": name, **hidden})
+    setup = getattr(machine, "setup_state", None)  # or rules(), in older Hypothesis
+    found = sorted(r.function.__name__ for r in (setup().rules if setup else machine.rules()))
+    if found != sorted(rules):
+        raise RuntimeError(f"{name}: Hypothesis finds the rules {found}, not {sorted(rules)}")
+    return machine
 
 
 def run_regions_machine(
-    target: Target, settings: Settings, machine: Callable[[], RuleBasedStateMachine] | None = None
+    target: Target, settings: Settings, machine: Callable[[], RuleBasedStateMachine] | None = None,
+    rules: Iterable[str] = RULES,
 ) -> None:
-    """Run the state machine for ``target`` under ``settings``; raise on disagreement."""
-    run_state_machine_as_test(machine or make_machine(target), settings=settings)
+    """Run the state machine for ``target`` with ``rules`` under ``settings``; raise on a
+    disagreement (naming the rule; any other error gets a note naming the rules)."""
+    chosen = rule_set(rules)
+    try:
+        run_state_machine_as_test(machine or make_machine(target, chosen), settings=settings)
+    except Exception as exc:
+        if not isinstance(exc, ConformanceFailure):
+            exc.add_note(f"{PROPERTY} on {target}: machine of the rules {', '.join(chosen)}")
+        raise
