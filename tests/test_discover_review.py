@@ -52,3 +52,16 @@ def test_promote_without_a_kernel_is_a_departure_not_promote(tmp_path):
     assert "entered no AutocastCUDA kernel" in found["text"]
     clean = _discover(tmp_path)
     assert "REVIEW addcmul" not in clean["text"]
+
+
+def test_an_entry_with_a_reference_defect_is_written_as_listed(tmp_path):
+    """PyTorch's behaviour today (the addcmul prioritize error, bilinear's bias cast down)
+    is one of the entry's two accepted behaviours: discover keeps the entry as listed, the
+    contract with its reference_defect, never a banned op or an amp expectation."""
+    found = _discover(tmp_path)
+    for entry_id in ("addcmul-mixed-lower-precision", "bilinear-float32-bias"):
+        entry = found["entries"][entry_id]
+        assert entry.category == "torch_need_autocast_promote", entry
+        assert entry.reference_defect is not None and entry.expect != "error"
+        assert f"REVIEW {entry_id}" not in found["text"]
+        assert "float16: reproduced" in entry.note

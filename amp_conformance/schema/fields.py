@@ -24,6 +24,7 @@ from amp_conformance.checks import registry
 from amp_conformance.core import hardware
 from amp_conformance.schema import validators as v
 from amp_conformance.schema.categories import CATEGORIES, NAMESPACES
+from amp_conformance.schema.defects import parse_use
 from amp_conformance.schema.validators import ALL_CHECKS, AMP_DTYPES, CASTS, NUMERICS, Invalid, invalid
 
 
@@ -318,6 +319,15 @@ ENTRY_FIELDS: tuple[Field, ...] = (
           "formula) and says why, quoting the error observed; the check is then skipped with "
           "it. Only for what autograd cannot do, never to hide a gradient mismatch.",
           default_doc="`true`"),
+    Field("reference_defect", "table", None, parse_use,
+          "PyTorch's own departure from this entry's intended `expect`, recorded in "
+          "`oplists/defects.toml` (see *Reference defects*): `{id = \"<defect>\", expect = "
+          "<what PyTorch gives today>, error = <start of its message, with expect = "
+          "\"error\">, cast = <the numerics control's cast today, default \"none\">, kernel = "
+          "<false where PyTorch has no Autocast kernel for it>}`. The per-entry checks that "
+          "run the op inside autocast (`policy`, `numerics`, `backward`, `legacy`) pass when the "
+          "device does either; the report says which it did. On a torch at or after the "
+          "defect's `fixed` release only `expect` passes.", default_doc="none"),
     Field("skip", "array of tables", [], _skips,
           "Where checks of the entry cannot be made: tables of conditions, `check` and "
           "`reason` (see *Skips* below).", attr="skips"),

@@ -9,7 +9,6 @@ the rules that span fields, files and the merge.
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -20,8 +19,10 @@ import torch
 
 from amp_conformance.schema import argspec, fields, validators
 from amp_conformance.schema.categories import CATEGORIES, DEFAULT_CAST, DEFAULT_EXPECT
+from amp_conformance.schema.defects import DefectUse
 from amp_conformance.schema.exclusions import Drop, Exclusion, exclusion_of, parse_drops
 from amp_conformance.schema.fields import Skip
+from amp_conformance.schema.location import builtin_dir
 from amp_conformance.schema.problems import BAD, OpListError, Problem, Problems
 from amp_conformance.schema.versions import check_bounds, release, version_gap
 
@@ -69,6 +70,8 @@ class Entry:
     note: str = ""
     #: None: the backward check applies; a string: why the op is not differentiable
     backward: str | None = None
+    #: PyTorch's own departure from ``expect`` here (schema.defects), if any
+    reference_defect: DefectUse | None = None
     #: replaces the entry of the same id from an earlier file or the base list
     override: bool = False
     path: str = ""
@@ -306,22 +309,14 @@ def read_file(path: Path | str) -> tuple[dict, list[Entry]]:
     return dict(parsed.meta), list(parsed.entries)
 
 
-def builtin_dir() -> Path:
-    """The op lists shipped with the package (``oplists/`` in a checkout)."""
-    spec = importlib.util.find_spec("amp_conformance.oplists")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            if Path(location, "cpu.toml").is_file():
-                return Path(location)
-    return Path(__file__).resolve().parents[2] / "oplists"  # a checkout: amp_conformance/schema/..
-
-
 MESSAGES_FILE = "messages.toml"
+#: shipped TOML files that are not op lists: the messages and the reference defects
+NOT_OPLISTS = (MESSAGES_FILE, "defects.toml")
 
 
 def builtin_files() -> list[Path]:
-    """The shipped op-list files (every TOML file but the messages)."""
-    return [p for p in sorted(builtin_dir().glob("*.toml")) if p.name != MESSAGES_FILE]
+    """The shipped op-list files (every TOML file but the messages and the defects)."""
+    return [p for p in sorted(builtin_dir().glob("*.toml")) if p.name not in NOT_OPLISTS]
 
 
 def builtin_devices() -> list[str]:

@@ -1,8 +1,12 @@
-"""Per-entry checks of the op lists: one item per (device, autocast dtype, entry)."""
+"""Per-entry checks of the op lists: one item per (device, autocast dtype, entry).
+
+An entry that meets one of PyTorch's own defects (``reference_defect``) passes when the
+device does what the contract says or what PyTorch does today; the item records which
+(``amp_conformance.checks.defects``)."""
 
 import pytest
 
-from amp_conformance.checks import backward, oplist_checks
+from amp_conformance.checks import backward, defects, oplist_checks
 
 
 @pytest.mark.amp_check("policy")
@@ -11,16 +15,17 @@ def test_policy(amp_case, record_property):
     a banned op raises its documented error inside and runs outside."""
     observed = {}
     try:
-        oplist_checks.check_policy(amp_case, observed)
+        defects.verdict(amp_case, lambda case: oplist_checks.check_policy(case, observed),
+                        record_property)
     finally:
         record_property("amp_observed", observed)
 
 
 @pytest.mark.amp_check("numerics")
-def test_numerics(amp_case):
+def test_numerics(amp_case, record_property):
     """The autocast output equals a control computed with autocast disabled on inputs
     cast by hand to the policy's dtype (bitwise, or close with --numerics close)."""
-    oplist_checks.check_numerics(amp_case)
+    defects.verdict(amp_case, oplist_checks.check_numerics, record_property)
 
 
 @pytest.mark.amp_check("outside")
@@ -30,13 +35,13 @@ def test_outside(amp_case):
 
 
 @pytest.mark.amp_check("legacy")
-def test_legacy(amp_case):
+def test_legacy(amp_case, record_property):
     """The legacy torch.<device>.amp.autocast gives torch.autocast's result and warns."""
-    oplist_checks.check_legacy(amp_case)
+    defects.verdict(amp_case, oplist_checks.check_legacy, record_property)
 
 
 @pytest.mark.amp_check("backward")
-def test_backward(amp_case):
+def test_backward(amp_case, record_property):
     """Backward after an autocast region gives every float32 input a gradient in its dtype,
     equal to the one through the hand-cast control (bitwise, or close)."""
-    backward.check_backward(amp_case)
+    defects.verdict(amp_case, backward.check_backward, record_property)

@@ -60,12 +60,33 @@ def _grad_pass(what: str, run: Any) -> Any:
         raise ConformanceFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
 
 
+#: the reference defect (oplists/defects.toml) of a cast cached under no_grad, and the
+#: words by which a failure shows it
+NO_GRAD_DEFECT = "cast-cache-no-grad"
+NO_GRAD_SYMPTOM = "the cast cache handed back a cast made without autograd history (pytorch#158232)"
+
+
 def _expect_grad(out: torch.Tensor, what: str, cause: str = "pytorch#158232") -> None:
     if not out.requires_grad or out.grad_fn is None:
         raise ConformanceFailure(
             f"{what} has requires_grad={out.requires_grad}, grad_fn={out.grad_fn}: the cast "
             f"cache handed back a cast made without autograd history ({cause})"
         )
+
+
+def check_no_grad_pass(target: Target, dtype: torch.dtype) -> None:
+    """A no_grad pass inside a region, then a grad pass: the grad pass keeps its history
+    and the weight gets a gradient (pytorch#158232)."""
+    where = f"torch.autocast({target.device!r}, dtype={dtype})"
+    w, x = weight_and_input(target.device)
+    with target.autocast(dtype):
+        with torch.no_grad():
+            torch.mm(x, w)
+        y = torch.mm(x, w)
+    _expect_grad(y, f"torch.mm after a no_grad pass inside {where}")
+    y.float().sum().backward()
+    if w.grad is None:
+        raise ConformanceFailure(f"no weight gradient after a no_grad pass inside {where}")
 
 
 def _expect_no_grad(out: torch.Tensor, dtype: torch.dtype, what: str) -> None:

@@ -34,6 +34,8 @@ from amp_conformance.plugin.vendor import check_of, declarations
 
 ITEM_PROPERTY = "amp_item"
 OBSERVED_PROPERTY = "amp_observed"
+#: an item's reference-defect verdict (amp_conformance.checks.defects.PROPERTY)
+DEFECT_PROPERTY = "amp_defect"
 
 
 def _requested(config: pytest.Config) -> str | None:
@@ -194,7 +196,8 @@ class ReportWriter:
         props = dict(getattr(report, "user_properties", ()) or ())
         return {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
                 "category": category, "message": message_of(report, category),
-                "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY)}
+                "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
+                "defect": props.get(DEFECT_PROPERTY)}
 
     # -- the end ---------------------------------------------------------------------
 

@@ -88,6 +88,8 @@ class ItemRecord:
     message: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     observed: Any = None
+    #: the reference-defect verdict: {id, status (reproduced/fixed), links, summary}
+    defect: dict[str, Any] | None = None
     finished: bool = False
 
     def add(self, event: dict[str, Any]) -> None:
@@ -95,6 +97,8 @@ class ItemRecord:
             self.info = dict(event["item"])
         if event.get("observed") is not None:
             self.observed = event["observed"]
+        if event.get("defect") is not None:
+            self.defect = event["defect"]
         category = event.get("category", "")
         if _RANK.get(category, 0) > _RANK.get(self.outcome, 0):
             self.outcome = category
@@ -125,6 +129,7 @@ class ItemRecord:
             "outcome": self.final_outcome,
             "message": message,
             "observed": self.observed if self.observed not in ({}, None) else None,
+            "defect": self.defect,
         }
 
 
@@ -207,6 +212,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "run": run_status(acc, process_gone),
         "summary": summary,
         "categories": categories(results),
+        "reference_defects": reference_defects(results),
         "results": results,
     }
 
@@ -237,3 +243,18 @@ def categories(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
         out[name] = row
     return out
+
+
+def reference_defects(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PyTorch's own defects this run met: per defect, the items where the device
+    reproduced it and those where it did what the contract intends (fixed)."""
+    table: dict[str, dict[str, Any]] = {}
+    for r in results:
+        d = r.get("defect")
+        if not d or r["outcome"] not in ("passed", "xpassed"):
+            continue
+        row = table.setdefault(d["id"], {"id": d["id"], "links": d.get("links", []),
+                                         "summary": d.get("summary", ""),
+                                         "reproduced": [], "fixed": []})
+        row[d["status"]].append(r["nodeid"])
+    return [table[k] for k in sorted(table)]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -52,6 +52,9 @@ class Observation:
     remark: str = ""
     #: the first line of the error the call raised outside autocast, if it did
     outside_error: str = ""
+    #: for an entry with a reference defect: "reproduced" (as PyTorch today) or "fixed"
+    #: (as the contract intends), when the observation is one of the two
+    defect: str = ""
 
     @property
     def ran(self) -> bool:
@@ -149,10 +152,13 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
             if isinstance(outside, Exception):
                 return Observation("not run", message=f"raises outside autocast too: "
                                                       f"{describe_error(outside)}")
+            today = _defect_error(entry, inside)
             return Observation("error", message=first_line(inside, 200),
-                               as_reference=entry.policy == "banned",
-                               outside=_names(_dtypes(outside)))
+                               as_reference=entry.policy == "banned" or today,
+                               outside=_names(_dtypes(outside)),
+                               defect="reproduced" if today else "")
         expected = expected_inside(case, args, kwargs)
+        today = _defect_expected(case, args, kwargs)
         variants = {}
         for name, dtype in (("float32", torch.float32), ("amp", amp_dtype)):
             a, k = hand_cast(args, dtype, dev), hand_cast(kwargs, dtype, dev)
@@ -166,7 +172,8 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
         differ = _values_differ(target, fn, args, kwargs, policy, amp_dtype, inside, outside)
     review = ("values differ from the control with autocast off: autocast reaches only part "
               "of this op (e.g. kernels of its decomposition)") if differ else ""
-    as_reference, remark = matches(expected, _dtypes(inside)), ""
+    as_reference, defect, entered = _as_reference(expected, today, _dtypes(inside), entered)
+    remark = ""
     if entry.policy in NEEDS_KERNEL and not entered:
         # the dtypes alone cannot tell promote from builtin promotion: the kernel decides
         as_reference = False
@@ -179,8 +186,40 @@ def observe(entry: Entry, target: Target, amp_dtype: torch.dtype) -> Observation
         policy, _names(_dtypes(inside)), as_reference=as_reference,
         outside=None if isinstance(outside, Exception) else _names(_dtypes(outside)),
         outside_error=first_line(outside, 120) if isinstance(outside, Exception) else "",
-        review=review, entered=bool(entered), remark=remark,
+        review=review, entered=bool(entered), remark=remark, defect=defect,
     )
+
+
+def _as_reference(expected: Any, today: tuple[Any, bool] | None, got: tuple,
+                  entered: list[str]) -> tuple[bool, str, list[str]]:
+    """Whether dtypes ``got`` are the reference's; with an active reference defect, which
+    behaviour they are ("fixed": the contract's, "reproduced": PyTorch's today). Where
+    PyTorch today enters no Autocast kernel, a device reproducing that needs none."""
+    as_reference = matches(expected, got)
+    if today is None:
+        return as_reference, "", entered
+    defect = "fixed" if as_reference else "reproduced" if matches(today[0], got) else ""
+    if defect == "reproduced" and not today[1]:
+        entered = entered or ["(none, as PyTorch today)"]
+    return bool(defect), defect, entered
+
+
+def _defect_error(entry: Entry, error: Exception) -> bool:
+    """Whether ``error`` raised inside autocast is what PyTorch raises today (a reference
+    defect of the entry that the running torch still has)."""
+    use = entry.reference_defect
+    return bool(use and use.defect.applies() and use.expect == "error"
+                and str(error).startswith(use.error or ""))
+
+
+def _defect_expected(case: Case, args: tuple, kwargs: dict) -> tuple[Any, bool] | None:
+    """What PyTorch gives today where the entry has an active reference defect whose
+    behaviour is an output (not an error): the dtypes, and whether it enters a kernel."""
+    use = case.entry.reference_defect
+    if use is None or not use.defect.applies() or use.expect == "error":
+        return None
+    today = replace(case, entry=replace(case.entry, expect=use.expect))
+    return expected_inside(today, args, kwargs), use.kernel
 
 
 def classify(inside: tuple, outside: Any, variants: dict, amp_dtype: torch.dtype,

@@ -142,6 +142,15 @@ def entry_table(row: Row, group: list[str], reference: str, restrict: bool,
     return {k: table[k] for k in fields.ENTRY_KEYS if k in table}  # the schema table's order
 
 
+def defect_table(row: Row, names: list[str]) -> dict[str, Any]:
+    """An entry with a reference defect that the device matched (either way): the
+    reference's table as written, its note saying which behaviour each dtype showed."""
+    table = {k: v for k, v in raw_entry(row.entry).items() if k not in ("note", "override")}
+    seen = ", ".join(f"{n}: {row.observed[n].defect or 'as intended'}" for n in names)
+    table["note"] = (f"reference defect {row.entry.reference_defect.id}: {seen}")
+    return {k: table[k] for k in fields.ENTRY_KEYS if k in table}
+
+
 def review_item(row: Row, device: str, reference: str, departs: list[str],
                 observed: list[dict[str, Any]]) -> list[str]:
     """A departure from the reference, written so that it cannot pass by being written down:
@@ -211,6 +220,8 @@ def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch
         if departs:
             lines += review_item(row, device, reference, departs, tables)
             continue
+        if row.entry.reference_defect is not None:  # the contract and the defect, as listed
+            tables = [defect_table(row, names)]
         for table in tables:
             lines += ["", "[[entry]]"] + [f"{_key(k)} = {_toml_value(v)}" for k, v in table.items()]
     if not_run:
