@@ -535,3 +535,24 @@ def test_discover_on_fakegpu_shows_where_it_departs_from_cuda(tmp_path):
     run = _example("-m", "pytest", "--noconftest", "-p", "no:randomly", f"--oplist={out}",
                    "--pyargs", "amp_conformance.suite.test_oplist", "-k", f"test_policy and {keep}")
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+@needs_python_backend
+def test_coverage_and_the_suite_say_what_a_vendor_device_lacks():
+    """Without --backend-module the device is unknown: say to pass it; without an op list
+    there is nothing to cover or check: say to pass --oplist (coverage exits 2, the suite
+    is a usage error)."""
+    unknown = _example("-m", "amp_conformance", "coverage", "--device", "fakegpu")
+    assert unknown.returncode == 2 and "pass --backend-module MODULE" in unknown.stderr, unknown.stderr
+    no_list = _example("-m", "amp_conformance", "coverage", "--device", "fakegpu",
+                       "--backend-module", "fakegpu_backend")
+    assert no_list.returncode == 2, no_list.stdout[-2000:]
+    assert ("error: no op list describes device 'fakegpu', so nothing covers its policy: pass "
+            "--oplist PATH with a list whose [list] device = \"fakegpu\"") in no_list.stderr
+    listed = _example("-m", "amp_conformance", "coverage", "--device", "fakegpu",
+                      "--backend-module", "fakegpu_backend", "--oplist", "fakegpu.toml", "-q")
+    assert listed.returncode == 0 and "coverage fakegpu: 15/15 covered" in listed.stdout, listed.stdout
+    suite = _example("-m", "pytest", "--noconftest", "--pyargs", "amp_conformance.suite.test_oplist")
+    assert suite.returncode == pytest.ExitCode.USAGE_ERROR, suite.stdout[-2000:]
+    assert "nothing to check on device 'fakegpu': no op list describes it; pass --oplist PATH" \
+        in suite.stderr

@@ -9,6 +9,7 @@ See README.md, "For backend vendors".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,19 @@ def pytest_amp_conformance_oplists(config: pytest.Config, device: str) -> list[s
 @hookspec
 def pytest_amp_conformance_xfail_files(config: pytest.Config, device: str) -> list[str | Path] | None:
     """Expected-failures files for ``device`` (like ``--xfail-file``)."""
+
+
+@hookspec
+def pytest_amp_conformance_property_forms(config: pytest.Config, device: str
+                                          ) -> dict[str, Callable[[Any], tuple]] | None:
+    """How the policy properties call the device's own ops: ``{op_name: form}``.
+
+    ``op_name`` is the ``op`` of the device's op-list entries; ``form`` takes an
+    ``amp_conformance.properties.strategies.Sizes`` (generated ``b, m, k, n, count``) and
+    returns the argument tuple, exactly like the values of ``strategies.FORMS``: a tensor
+    as its shape (a tuple of ints), ``Many((shape, ...))`` for a list of tensors,
+    ``Lit(value)`` for a literal. E.g. ``{"layer_norm": lambda s: ((s.m, s.n),
+    Lit([s.n]))}``. Every policy whose op-list entries name the op gets a property item for
+    it. Results of several implementations merge in call order, over the built-in FORMS
+    (a later form of the same op wins).
+    """

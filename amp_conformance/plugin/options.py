@@ -8,7 +8,8 @@ option of that name: the host keeps its own option, ours stays reachable as ``--
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -119,6 +120,10 @@ class Settings:
     oplists: tuple[str, ...] = ()
     #: --amp-compile: the torch.compile backend of the per-entry compiled tier (None: off)
     compile_backend: str | None = None
+    #: how the policy properties call each op (``strategies.FORMS`` merged with the
+    #: ``pytest_amp_conformance_property_forms`` hooks); None: ``strategies.FORMS`` alone
+    forms: Mapping[str, Callable[..., tuple]] | None = field(default=None, compare=False,
+                                                             repr=False)
 
     @property
     def target(self) -> Target:

@@ -14,14 +14,15 @@ behaves exactly like the op with autocast off on inputs cast by hand:
 
 Which ops are tried is data: the device's op lists say which ops have which policy; the
 table :data:`FORMS` (in ``strategies``) only says how to call an op with tensors of
-generated sizes.
+generated sizes. A run passes its own table (``forms``: FORMS merged with the vendor's
+``pytest_amp_conformance_property_forms`` hooks, ``Settings.forms``); None means FORMS.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,9 @@ from amp_conformance.properties import statistics, strategies
 from amp_conformance.properties.strategies import FORMS, ONE_DTYPE, Lit, Many, Sizes, tensor_count
 from amp_conformance.schema.oplist import Entry, variants
 
+#: How the properties call an op: op name -> form (see ``strategies.FORMS``).
+Forms = Mapping[str, Callable[[Sizes], tuple]]
+
 #: The policies these properties cover, and the name a failure reports.
 POLICIES = {
     "lower": "lower-precision policy casts only eligible inputs",
@@ -52,7 +56,7 @@ POLICIES = {
 
 @dataclass(frozen=True)
 class Candidate:
-    """An op of the device's op lists with the policy under test that FORMS can call."""
+    """An op of the device's op lists with the policy under test that the forms can call."""
 
     entry: Entry
     name: str
@@ -65,11 +69,13 @@ class Candidate:
 
 def candidates(target: Target, amp_dtype: torch.dtype, policy: str,
                oplists: tuple[str, ...] = (), numerics: str = "bitwise",
-               ops: Sequence[str] | None = None) -> list[Candidate]:
-    """The ops to try: the device's entries of ``policy`` that apply here and FORMS knows."""
+               ops: Sequence[str] | None = None, forms: Forms | None = None) -> list[Candidate]:
+    """The ops to try: the device's entries of ``policy`` that apply here and ``forms``
+    (default :data:`FORMS`) knows how to call."""
+    forms = FORMS if forms is None else forms
     found: dict[str, Candidate] = {}
     for entry in load_oplist(target.device, oplists).entries:
-        if entry.policy != policy or entry.op not in FORMS or entry.op in found:
+        if entry.policy != policy or entry.op not in forms or entry.op in found:
             continue
         if ops is not None and entry.op not in ops:
             continue
@@ -82,10 +88,11 @@ def candidates(target: Target, amp_dtype: torch.dtype, policy: str,
 
 
 def not_candidate(target: Target, amp_dtype: torch.dtype, policy: str, op: str,
-                  oplists: tuple[str, ...] = (), numerics: str = "bitwise") -> str | None:
+                  oplists: tuple[str, ...] = (), numerics: str = "bitwise",
+                  forms: Forms | None = None) -> str | None:
     """Why ``op`` is no candidate of ``policy`` under ``amp_dtype`` (its entries' skip
     reasons), or None when it is one."""
-    if candidates(target, amp_dtype, policy, oplists, numerics, [op]):
+    if candidates(target, amp_dtype, policy, oplists, numerics, [op], forms):
         return None
     reasons = [Case(target, amp_dtype, e, numerics).skip_reason() or "no callable variant"
                for e in load_oplist(target.device, oplists).entries
@@ -148,7 +155,8 @@ _SIZES = st.builds(Sizes, *(st.integers(1, 4) for _ in range(4)), st.integers(2,
 
 
 def examples(target: Target, ops: Sequence[str], policy: str = "lower",
-             amp_dtype: torch.dtype = torch.bfloat16) -> st.SearchStrategy[tuple[Example, ...]]:
+             amp_dtype: torch.dtype = torch.bfloat16,
+             forms: Forms | None = None) -> st.SearchStrategy[tuple[Example, ...]]:
     """Three calls per example, one per mix of :data:`strategies.MIXES`: an op with every
     input eligible, the same op with an ineligible dtype, and a device mix (of the same op
     where it takes two tensors or more, else of another op that does). Every call has a
@@ -157,18 +165,20 @@ def examples(target: Target, ops: Sequence[str], policy: str = "lower",
     A call per mix, rather than a mix (or an op) drawn per example, makes the share of
     examples that reach each assertion a property of the generator, not of the run's
     luck: Hypothesis draws in clumps, and a drawn mix left some runs without any device mix.
+    ``forms``: how to call each op (default :data:`FORMS`).
     """
-    mixing = tuple(op for op in ops if tensor_count(FORMS[op](Sizes(1, 1, 1, 1, 2))) > 1)
+    forms = FORMS if forms is None else forms
+    mixing = tuple(op for op in ops if tensor_count(forms[op](Sizes(1, 1, 1, 1, 2))) > 1)
 
     @st.composite
     def calls(draw: Callable) -> tuple[Example, ...]:
         op = draw(strategies.sampled(tuple(ops)))
         sizes = draw(_SIZES)
-        found = [_call(draw, target, policy, amp_dtype, op, FORMS[op](sizes), mix)
+        found = [_call(draw, target, policy, amp_dtype, op, forms[op](sizes), mix)
                  for mix in strategies.MIXES[:2]]
         if mixing:
             other = op if op in mixing else draw(strategies.sampled(mixing))
-            found.append(_call(draw, target, policy, amp_dtype, other, FORMS[other](sizes),
+            found.append(_call(draw, target, policy, amp_dtype, other, forms[other](sizes),
                                strategies.MIXES[2]))
         return tuple(found)
 
@@ -387,18 +397,20 @@ def check_policy_property(
     numerics: str = "bitwise",
     oplists: tuple[str, ...] = (),
     ops: Sequence[str] | None = None,
+    forms: Forms | None = None,
 ) -> statistics.Reach:
     """Check ``policy`` on generated examples; raise ConformanceFailure on the shrunk one.
 
     ``values`` adds the bitwise (or close) comparison with the control; without it only
     outcomes, dtypes, shapes and devices are compared, which fake tensors support.
     Returns what the examples exercised (:mod:`amp_conformance.properties.statistics`).
+    ``forms``: how to call each op (default :data:`FORMS`; a run's is ``Settings.forms``).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; properties cover {', '.join(POLICIES)}")
     if values and not target.has_values:
         raise ValueError(f"{target} carries no values: compare dtypes only (values=False)")
-    cands = {c.op: c for c in candidates(target, amp_dtype, policy, oplists, numerics, ops)}
+    cands = {c.op: c for c in candidates(target, amp_dtype, policy, oplists, numerics, ops, forms)}
     if not cands:
         raise ValueError(f"no op of the {policy} policy in the {target.device} op lists that "
                          "the properties can call")
@@ -414,7 +426,7 @@ def check_policy_property(
     # Named for the report: "Falsifying example: lower_policy_bfloat16(example=...)".
     name = f"{policy}_policy_{devices.dtype_name(amp_dtype)}"
     policy_property.__name__ = policy_property.__qualname__ = name
-    generated = examples(target, sorted(cands), policy, amp_dtype)
+    generated = examples(target, sorted(cands), policy, amp_dtype, forms)
     # One tensor context (FakeTensorMode when fake) for the whole run: making one costs
     # far more than an example; Hypothesis itself creates no tensors inside it.
     with statistics.tallied(f"{name} on {target}") as reach, _quiet_fake_tensor_log(), \

@@ -53,16 +53,19 @@ LEFT_OUT_PROPERTY = "amp_left_out_rules"
 def policy_op_params(settings: Settings) -> list:
     """One param per (policy, op) that is a candidate of the policy under any of the run's
     amp dtypes, sorted (the ids are the same on every run and pytest-xdist worker); a
-    policy without any keeps one skipped item saying so."""
+    policy without any keeps one skipped item saying so. The ops are those the run's forms
+    can call (``Settings.forms``: FORMS and the vendor's property-forms hooks)."""
     params = []
     for policy in POLICIES:
         ops = sorted({c.op for dtype in settings.amp_dtypes for c in policy_properties.candidates(
-            settings.target, dtype, policy, settings.oplists, settings.numerics)})
+            settings.target, dtype, policy, settings.oplists, settings.numerics, None,
+            settings.forms)})
         params += [pytest.param(policy, op, id=f"{policy}-{op}") for op in ops]
         if not ops:
             params.append(pytest.param(policy, None, id=policy, marks=pytest.mark.skip(
                 reason=f"not applicable: no op of the {policy} policy in the {settings.device} "
-                       "op lists that the property knows how to call (policy_properties.FORMS)")))
+                       "op lists that the property knows how to call (strategies.FORMS and "
+                       "the pytest_amp_conformance_property_forms hooks)")))
     return params
 
 
@@ -137,7 +140,8 @@ def _all_rules_but_expected_failures(request: pytest.FixtureRequest, device: str
 
 def _require_candidate(amp_settings, amp_target, amp_dtype, policy, op):
     reason = policy_properties.not_candidate(amp_target, amp_dtype, policy, op,
-                                             amp_settings.oplists, amp_settings.numerics)
+                                             amp_settings.oplists, amp_settings.numerics,
+                                             amp_settings.forms)
     if reason:
         pytest.skip(f"not applicable: {op} is no {policy} op under autocast "
                     f"{devices.dtype_name(amp_dtype)} on {amp_target.device} "
@@ -156,6 +160,7 @@ def test_policy_casts_only_eligible_inputs(amp_settings, amp_target, amp_dtype, 
     policy_properties.check_policy_property(
         amp_target, amp_dtype, policy, profiles.selected_part(), values=False,
         numerics=amp_settings.numerics, oplists=amp_settings.oplists, ops=[op],
+        forms=amp_settings.forms,
     )
 
 
@@ -167,4 +172,5 @@ def test_policy_equals_hand_cast_control(amp_settings, amp_target, amp_dtype, po
     policy_properties.check_policy_property(
         amp_target, amp_dtype, policy, profiles.selected_part(), values=True,
         numerics=amp_settings.numerics, oplists=amp_settings.oplists, ops=[op],
+        forms=amp_settings.forms,
     )

@@ -6,6 +6,8 @@ resolved; a conftest deeper in the tree would be too late for these hooks.
 
 from pathlib import Path
 
+from amp_conformance.properties.strategies import Lit
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -13,4 +15,12 @@ def pytest_amp_conformance_oplists(config, device):
     """fakegpu's own op list: its policy, independent of where pytest is started."""
     if device == "fakegpu":
         return [HERE / "fakegpu.toml"]
+    return None
+
+
+def pytest_amp_conformance_property_forms(config, device):
+    """How the policy properties call fakegpu's ops that the suite's table (FORMS) lacks:
+    layer_norm (fp32 in fakegpu.toml) on an (m, n) input normalised over its last dim."""
+    if device == "fakegpu":
+        return {"layer_norm": lambda s: ((s.m, s.n), Lit([s.n]))}
     return None
