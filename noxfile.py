@@ -1,9 +1,12 @@
 """The conformance suite over torch versions: one nox session per supported torch.
 
-    nox --list                      # the sessions: cpu(2.4) … cpu(2.14), cpu(nightly), fake(…), drift
+    nox --list                      # the sessions: cpu(2.6) … cpu(2.15), cpu(nightly), fake(…), release(…), drift
     nox -s "cpu(2.13)"              # the CPU suite on torch 2.13 -> reports/2.13/cpu.json
     nox -t torch-2.13               # CPU and the fake cuda/xpu/mps policies on torch 2.13
     nox -s drift -- 2.13 2.14       # what changed between the two CPU reports
+    nox -t matrix                   # every release here, one at a time: the CPU suite and the
+                                    # fake tiers in one virtualenv, removed after its run
+    nox -s versions                 # docs/versions.md's matrix table from reports/
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
 commands README.md documents ("Supported torch versions and the nightly matrix"); the
@@ -17,21 +20,25 @@ CPU build.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
 
 #: Every torch release the suite supports, oldest first (README "Supported torch versions").
-TORCH_RELEASES = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]
+TORCH_RELEASES = ["2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
 NIGHTLY = "nightly"
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"
 TORCH = [*TORCH_RELEASES, NIGHTLY]
 #: Device policies checked without the hardware (--fake), each from the first release it
-#: is run on: MPS autocast arrived after 2.4 (pytorch#99272), 2.6 is the first release
-#: this project expects to have it (docs/versions.md).
-FAKE_DEVICES = {"cuda": "2.4", "xpu": "2.4", "mps": "2.6"}
+#: is run on (every supported release since the floor became 2.6: docs/versions.md).
+FAKE_DEVICES = {"cuda": "2.6", "xpu": "2.6", "mps": "2.6"}
 
 nox.options.sessions = [f"cpu({v})" for v in TORCH] + [f"fake({v})" for v in TORCH]
+#: pip's environment for a matrix install: no wheel cache (a CUDA build of torch is about
+#: 5 GB, one per release), and no site constraint file (a machine may cap torch below the
+#: release the session pins; the pin is the point). An empty constraint file overrides it.
+MATRIX_PIP_ENV = {"PIP_NO_CACHE_DIR": "1"}
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -89,6 +96,35 @@ def fake(session: nox.Session, torch: str) -> None:
             failed.append(device)
     if failed:
         session.error(f"the fake {', '.join(failed)} suite failed on torch {torch}")
+
+
+@nox.session
+@nox.parametrize("torch", TORCH_RELEASES, ids=TORCH_RELEASES,
+                 tags=[[f"torch-{v}", "matrix"] for v in TORCH_RELEASES])
+def release(session: nox.Session, torch: str) -> None:
+    """One release of the matrix: install it once, run the CPU suite and every fake tier
+    (each run continues past another's failure), then remove the virtualenv (disk is
+    limited: a CUDA build of torch is about 5 GB). ``reports/<torch>/`` keeps the reports."""
+    empty = Path(session.create_tmp()) / "no-constraints.txt"
+    empty.write_text("")
+    env = {**MATRIX_PIP_ENV, "PIP_CONSTRAINT": str(empty)}
+    for args in install_commands(torch):
+        session.install(*args[1:], env=env)
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    runs = [("cpu", False)] + [(d, True) for d in fake_devices(torch)]
+    failed = []
+    try:
+        for device, fake in runs:
+            try:
+                session.run(*suite_command(torch, device, fake=fake), *session.posargs)
+            except nox.command.CommandFailed:
+                failed.append(f"{device}-fake" if fake else device)
+    finally:
+        location = getattr(session.virtualenv, "location", None)
+        if location and Path(location).is_dir():
+            shutil.rmtree(location, ignore_errors=True)
+    if failed:
+        session.error(f"torch {torch}: {', '.join(failed)} failed")
 
 
 @nox.session(python=False)

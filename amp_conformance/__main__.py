@@ -19,6 +19,8 @@ COMMANDS = {
                  "it as an op list"),
     "drift": ("amp_conformance.tools.drift",
               "what changed between two conformance reports (policy, availability, messages)"),
+    "matrix": ("amp_conformance.tools.matrix",
+               "the torch-version matrix table of docs/versions.md from reports/<release>/"),
     "run": ("amp_conformance.tools.run",
             "a supervised suite run: a crash, os._exit, a hang or zero executed checks is "
             "never a pass"),

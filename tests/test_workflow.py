@@ -128,7 +128,7 @@ def test_every_workflow_command_is_documented_and_every_documented_one_used(work
 def test_matrix_is_every_supported_torch_and_the_nightly(workflow, noxfile):
     matrix = workflow["jobs"]["suite"]["strategy"]["matrix"]
     assert matrix["torch"] == noxfile.TORCH
-    assert noxfile.TORCH[-1] == "nightly" and noxfile.TORCH[0] == "2.4"
+    assert noxfile.TORCH[-1] == "nightly" and noxfile.TORCH[0] == "2.6"
     assert len(matrix["python"]) >= 2
     # the op lists are read with tomllib: Python 3.11 or newer
     assert all(tuple(map(int, v.split("."))) >= (3, 11) for v in matrix["python"])
@@ -205,7 +205,7 @@ def documented(torch: str) -> set[tuple[str, ...]]:
     return {tuple(shlex.split(c.replace("$TORCH", torch))) for c in readme_commands()}
 
 
-@pytest.mark.parametrize("torch", ["2.4", "2.13", "nightly"])
+@pytest.mark.parametrize("torch", ["2.6", "2.15", "nightly"])
 def test_nox_sessions_run_the_documented_commands(noxfile, monkeypatch, torch):
     monkeypatch.setenv("AMP_TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
     allowed = documented(torch)
@@ -215,7 +215,7 @@ def test_nox_sessions_run_the_documented_commands(noxfile, monkeypatch, torch):
         commands = [c for c in session.calls if c[0] != "python"]
         assert all(c in allowed for c in commands), [c for c in commands if c not in allowed]
         assert [c[0] for c in commands] == ["pip", "pip"] + ["pytest"] * expected_runs
-    assert noxfile.fake_devices(torch) == (["cuda", "xpu"] if torch == "2.4" else ["cuda", "xpu", "mps"])
+    assert noxfile.fake_devices(torch) == ["cuda", "xpu", "mps"]
 
 
 def test_nox_installs_a_release_from_the_configured_index_by_default(noxfile, monkeypatch):

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from amp_conformance.checks.case import Case
+from amp_conformance.checks.fake_casts import FakeTierLimit
 from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.schema.defects import DefectUse, registry
 from amp_conformance.schema.oplist import variants
@@ -43,6 +44,8 @@ def verdict(case: Case, check: Callable[[Case], None], record: Record) -> None:
         return
     try:
         check(case)
+    except FakeTierLimit:
+        raise
     except Exception as intended:  # noqa: BLE001 - any departure from the contract
         try:
             reproduces(case, check, use)

@@ -33,11 +33,34 @@ FAKE_TIER_LIMITS: dict[str, str] = {
         "_fused_sdp_choice_stub, which this build has no implementation of for the device",
     "Torch not compiled with": "an op without a fake kernel falls back to the real device, "
         "which this build lacks",
-    "PyTorch is not linked with support for cuda devices": "a fake decomposition touches a "
-        "real CUDA tensor, which this build cannot make",
+    "PyTorch is not linked with support for": "a fake decomposition touches a real tensor "
+        "of the device, which this build cannot make",
     "with arguments from the 'MPS' backend": "an op without a fake kernel falls back to the "
         "real MPS device, which this build lacks",
+    # CUDA builds on a machine without a GPU (older torch has fewer fake kernels)
+    "Found no NVIDIA driver on your system": "an op without a fake kernel in this torch falls "
+        "back to the real CUDA device, which this machine lacks",
+    "CUDA driver version is insufficient for CUDA runtime version": "the call asks the CUDA "
+        "driver (sdpa choosing its backend), which this machine lacks",
+    "without MPS backend": "torch.autocast asks the MPS backend whether the OS supports "
+        "bfloat16, which this build lacks",
+    "from fake tensor input": "AOTAutograd of this torch cannot compile a call whose inputs "
+        "are fake tensors of another FakeTensorMode (the fake tier's own)",
 }
+
+
+class FakeTierLimit(Exception):
+    """Under --fake, the call hit a limit of the fake tier (:data:`FAKE_TIER_LIMITS`) where
+    no cast shows the answer: the check does not apply to this op here (a skip, with why)."""
+
+
+def not_applicable(exc: BaseException) -> FakeTierLimit | None:
+    """The skip for ``exc`` raised under --fake, or None when it is no fake-tier limit."""
+    why = limit_of(exc)
+    if why is None:
+        return None
+    return FakeTierLimit(f"not applicable in --fake mode on torch {torch.__version__}: {why} "
+                         f"({type(exc).__name__}: {first_line(exc)})")
 
 
 class CastRecorder(TorchDispatchMode):
@@ -109,8 +132,10 @@ def call(case: Case, name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
     except Exception as exc:
         why = limit_of(exc)
         target = control_dtype(case, args, kwargs)
-        if why is None or target is None:
+        if why is None:
             raise
+        if target is None:  # no cast would show the policy (an explicit dtype decides it)
+            raise not_applicable(exc) from exc
         problems = _cast_problems(name, inputs, recorder, target, case.target.device)
         error = f"{type(exc).__name__}: {first_line(exc)}"
         if problems:

@@ -14,14 +14,18 @@ autocast dtype (printed with the skip), or None where it is present.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 import torch
 
 from amp_conformance.core.state import AutocastState
 
-#: the oneDNN error of a missing LSTM primitive (the only error the probe reads as "absent")
+#: the oneDNN error of a missing LSTM primitive (the only error the probe reads as "absent");
+#: oneDNN before torch 2.7 says "an LSTM", later "the LSTM"
 NO_LSTM_PRIMITIVE = "could not create a primitive descriptor for the LSTM forward propagation primitive"
+_NO_LSTM = re.compile(r"could not create a primitive descriptor for (an|the) LSTM forward "
+                      r"propagation primitive")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -39,7 +43,7 @@ def onednn_lstm(amp_dtype: torch.dtype) -> str | None:
         with torch.autocast("cpu", dtype=amp_dtype):
             module(torch.zeros(1, 1, 2))
     except RuntimeError as exc:
-        if not str(exc).startswith(NO_LSTM_PRIMITIVE):
+        if not _NO_LSTM.match(str(exc)):
             raise
         return (f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no oneDNN "
                 f"{_dtype_name(amp_dtype)} LSTM primitive: under CPU autocast torch.lstm takes "

@@ -26,6 +26,7 @@ from amp_conformance.schema import validators as v
 from amp_conformance.schema.categories import CATEGORIES, NAMESPACES
 from amp_conformance.schema.defects import parse_use
 from amp_conformance.schema.validators import ALL_CHECKS, AMP_DTYPES, CASTS, NUMERICS, Invalid, invalid
+from amp_conformance.schema.versions import version_gap
 
 
 class _Marker:
@@ -133,7 +134,10 @@ class Skip:
             "numerics": numerics,
             "fake": fake,
         }
-        if any(values[k] != v for k, v in self.conditions.items() if k != "requires"):
+        if any(values[k] != v for k, v in self.conditions.items() if k in values):
+            return False
+        since, until = self.conditions.get("since"), self.conditions.get("until")
+        if (since or until) and version_gap(since, until, None) is not None:
             return False
         requires = self.conditions.get("requires")
         return requires is None or hardware.missing(requires, amp_dtype) is not None
@@ -172,6 +176,13 @@ SKIP_FIELDS: tuple[Field, ...] = (
           "float16 without AVX512-FP16/AMX). Never write a hardware expectation that holds only "
           "on the machine the list was written on.", choices=tuple(hardware.PROBES),
           default_doc="any machine"),
+    Field("since", "string", None, v.version,
+          "The skip holds on this torch release and later ones only (`\"2.9\"`).",
+          default_doc="any torch"),
+    Field("until", "string", None, v.version,
+          "The skip holds on torch releases before this one only: for a limit of an older "
+          "torch (a fake kernel it lacks, a message it words otherwise), with the release "
+          "that lifted it.", default_doc="any torch"),
     Field("reason", "string", REQUIRED, v.reason,
           "Why the check cannot be made there, shown as the skip reason. Only for what cannot "
           "be checked, never to hide a mismatch."),

@@ -22,9 +22,11 @@ def real_target(amp_target):
         yield amp_target
 
 
-def test_inference_mode_interaction(real_target, amp_dtype):
+def test_inference_mode_interaction(real_target, amp_dtype, record_property):
     """inference_mode inside a region, a grad pass after it; a region inside inference_mode."""
-    cache.check_inference_mode(real_target, amp_dtype)
+    defects.known_departure(cache.NO_GRAD_DEFECT,
+                            lambda: cache.check_inference_mode(real_target, amp_dtype),
+                            cache.NO_GRAD_SYMPTOM, record_property)
 
 
 def test_mixed_grad_contexts(real_target, amp_dtype, amp_settings, record_property):

@@ -18,6 +18,7 @@ from amp_conformance.checks.gradscaler.cases import VIEWS, Grad, UnscaleCase, Up
 from amp_conformance.core.compare import tolerance_kwargs
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
+from amp_conformance.schema.versions import release
 
 UNSCALE = "torch._amp_foreach_non_finite_check_and_unscale_"
 UPDATE = "torch._amp_update_scale_"
@@ -142,6 +143,13 @@ def _layout(t: torch.Tensor) -> tuple:
     return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.device.type)
 
 
+#: FakeTensorMode runs the functional ``_amp_foreach_non_finite_check_and_unscale`` from
+#: this release on; before (2.6.0, 2.7.1) its ``foreach_run_and_map_input_device`` fails on
+#: the (list, tensor) result ("'list' object has no attribute 'device'"): on fake tensors of
+#: those releases only the in-place kernel is checked
+FAKE_FUNCTIONAL_UNSCALE_SINCE = "2.8"
+
+
 def check_unscale_meta(target: Target, case: UnscaleCase) -> None:
     """What fake tensors can show: the call works in place (returns None, keeps every
     gradient's dtype, shape, strides and offset, and found_inf's), and the functional
@@ -155,6 +163,8 @@ def check_unscale_meta(target: Target, case: UnscaleCase) -> None:
         out = torch._amp_foreach_non_finite_check_and_unscale_(views, found_inf, inv_scale)
         after = [_layout(v) for v in views] + [_layout(found_inf)]
         functional = getattr(torch.ops.aten, "_amp_foreach_non_finite_check_and_unscale", None)
+        if target.fake and release() < FAKE_FUNCTIONAL_UNSCALE_SINCE:
+            functional = None  # FakeTensorMode of this torch cannot run it (see the constant)
         result = functional.default(views, found_inf, inv_scale) if functional else None
     if out is not None:
         raise ConformanceFailure(f"{where}: the in-place kernel returned {type(out).__name__}, "

@@ -24,6 +24,7 @@ from amp_conformance.checks.training import NotApplicable
 from amp_conformance.core import hardware
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
+from amp_conformance.schema import messages
 
 AMP, FP32 = "amp", "float32"
 _IN, _HIDDEN, _SEQ, _LENGTHS = 4, 3, 5, (5, 3)
@@ -221,17 +222,17 @@ def check_lower_precision_weights(dtype: torch.dtype) -> None:
     x, hx, cx = (torch.randn(shape, generator=g) for shape in ((1, 2, 1), (2, 2, 1), (2, 2, 1)))
     torch.manual_seed(0)
     module = torch.nn.LSTM(1, 1, 2).to(dtype)
+    wording = messages.expected("rnn_input_weight_dtype")
+    expected = wording.text.format(dtype=dtype) if wording else "(no wording recorded)"
     try:
         module(x, (hx, cx))
     except ValueError as exc:
-        if "does not match weight dtype" not in str(exc):
+        if wording is None or not wording.matches(str(exc), dtype=str(dtype)):
             raise ConformanceFailure(f"outside autocast an LSTM with {dtype} weights raised "
-                                     f"ValueError {exc}, expected 'RNN input dtype ... does "
-                                     "not match weight dtype ...'") from None
+                                     f"ValueError {exc}, expected {expected!r}") from None
     else:
         raise ConformanceFailure(f"outside autocast an LSTM with {dtype} weights accepted a "
-                                 "float32 input; expected ValueError 'RNN input dtype ... "
-                                 "does not match weight dtype'")
+                                 f"float32 input; expected ValueError {expected!r}")
     with torch.autocast("cpu", dtype=dtype):
         out, (h, c) = module(x, (hx, cx))
     wrong = [f"{n} {t.dtype}" for n, t in (("output", out), ("h_n", h), ("c_n", c))
