@@ -1,6 +1,6 @@
 """The conformance suite over torch versions: one nox session per supported torch.
 
-    nox --list                      # the sessions: cpu(2.6) … cpu(2.15), cpu(nightly), fake(…), release(…), drift
+    nox --list                      # cpu(2.6) … cpu(2.15), cpu(nightly), fake(…), release(…), drift
     nox -s "cpu(2.13)"              # the CPU suite on torch 2.13 -> reports/2.13/cpu.json
     nox -t torch-2.13               # CPU and the fake cuda/xpu/mps policies on torch 2.13
     nox -s drift -- 2.13 2.14       # what changed between the two CPU reports
