@@ -11,8 +11,6 @@ so) while the other rules still run there.
 from __future__ import annotations
 
 import contextlib
-import threading
-import types
 import warnings
 
 import pytest
@@ -25,6 +23,7 @@ from amp_conformance.plugin.options import Settings
 from amp_conformance.properties import policy as policy_properties
 from amp_conformance.properties import profiles, regions
 from amp_conformance.suite import test_properties as suite
+from tests.test_properties_catch import plant_inheriting_threads
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_properties", "-p", "no:randomly")
 POLICY_TESTS = ("test_policy_casts_only_eligible_inputs", "test_policy_equals_hand_cast_control")
@@ -130,25 +129,11 @@ def test_policy_without_candidates_keeps_one_skipped_item(monkeypatch):
     assert mark.name == "skip" and mark.kwargs["reason"].startswith("not applicable: no op")
 
 
-class InheritingThread(threading.Thread):
-    """A thread that starts with the autocast state (cpu) of the thread that made it."""
-
-    def __init__(self, target=None, **kwargs):
-        outer = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
-
-        def body():
-            torch.set_autocast_enabled("cpu", outer[0])
-            torch.set_autocast_dtype("cpu", outer[1])
-            target()
-
-        super().__init__(target=body, **kwargs)
-
-
 def _break_decorator_and_threads(monkeypatch) -> None:
     """Two rules broken: decorated_call (the decorator form makes no region) and
     fresh_thread (a new thread of the region machine inherits autocast state)."""
     monkeypatch.setattr(autocast_mode.autocast, "__call__", lambda self, func: func)
-    monkeypatch.setattr(regions, "threading", types.SimpleNamespace(Thread=InheritingThread))
+    plant_inheriting_threads(monkeypatch)
 
 
 def test_rule_listed_as_expected_failure_is_left_out_of_all_rules(inner_run, monkeypatch):
