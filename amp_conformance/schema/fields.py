@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks import registry
-from amp_conformance.core import hardware
+from amp_conformance.core import generated, hardware
 from amp_conformance.schema import validators as v
 from amp_conformance.schema.categories import CATEGORIES, NAMESPACES
 from amp_conformance.schema.defects import parse_use
@@ -385,21 +385,12 @@ def markdown() -> str:
 
 def section(text: str) -> str | None:
     """The generated part of a document (between the markers), or None without markers."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(BEGIN):end].strip("\n") + "\n"
+    return generated.section(text, BEGIN, END)
 
 
 def write(path: Path) -> bool:
     """Replace the generated part of ``path``; whether it changed."""
-    text = path.read_text(encoding="utf-8")
-    if section(text) is None:
-        raise SystemExit(f"{path}: no generated section ({BEGIN} ... {END})")
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = f"{text[:start]}\n\n{markdown()}\n{text[end:]}"
-    path.write_text(new, encoding="utf-8")
-    return new != text
+    return generated.write(path, BEGIN, END, markdown())
 
 
 def main(argv: list[str] | None = None) -> int:

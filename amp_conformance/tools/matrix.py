@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from amp_conformance.core import generated
 from amp_conformance.tools import drift
 
 TIERS = ("cpu", "cuda-fake", "xpu-fake", "mps-fake")
@@ -96,27 +97,14 @@ def markdown(root: Path) -> str:
                       "reports/<b>/<tier>.json` for the detail):", "", *drift_lines(root)]) + "\n"
 
 
-def section(text: str) -> str | None:
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(BEGIN):end].strip("\n") + "\n"
-
-
 def table_releases(text: str) -> list[str]:
     """The releases the generated table of a document names, in order."""
-    body = section(text) or ""
+    body = generated.section(text, BEGIN, END) or ""
     return re.findall(r"^\| (\d+\.\d+) \|", body, flags=re.M)
 
 
 def write(doc: Path, root: Path) -> bool:
-    text = doc.read_text(encoding="utf-8")
-    if section(text) is None:
-        raise SystemExit(f"{doc}: no generated section ({BEGIN} ... {END})")
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = f"{text[:start]}\n\n{markdown(root)}\n{text[end:]}"
-    doc.write_text(new, encoding="utf-8")
-    return new != text
+    return generated.write(doc, BEGIN, END, markdown(root))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
