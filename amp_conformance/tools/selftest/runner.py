@@ -53,7 +53,7 @@ PYTEST_OPTIONS = ("-q", "--tb=short", "--color=no", "-p", "no:cacheprovider", "-
 _SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s(?: \(.*\))? =+\s*$")
 _FAILURES = re.compile(r"^=+ FAILURES =+$")
 _SECTION = re.compile(r"^=+ .+ =+$")
-_TEST_HEADER = re.compile(r"^_{2,} (.+?) _{2,}$")
+_TEST_HEADER = re.compile(r"^_+ (.+?) _+$")  # one underscore a side for a long test id
 _OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
 
 
