@@ -16,6 +16,7 @@ Adding a scenario is one row of :data:`SCENARIOS`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -244,13 +245,38 @@ def _error_at_graph_break(env: Env) -> Body:
     return body
 
 
+class KernelError(RuntimeError):
+    """What the kernel of ``amp_conformance::raising_kernel`` raises."""
+
+
+@functools.cache
+def raising_kernel() -> Callable[[torch.Tensor], torch.Tensor]:
+    """An op whose kernel raises on the host, synchronously, on every device.
+
+    The scenario needs "a kernel raises inside a traced region" without an asynchronous
+    device error: an out-of-range index on CUDA is a device-side assert that leaves the
+    process's device context unusable for every later item. The op's fake kernel gives
+    the output's shape, so dynamo traces the call and the error happens when the graph runs.
+    """
+
+    @torch.library.custom_op("amp_conformance::raising_kernel", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        raise KernelError("raised by the kernel of amp_conformance::raising_kernel")
+
+    @op.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    return op
+
+
 def _kernel_error(env: Env) -> Body:
-    index = torch.tensor([0, 99]).to(env.device)  # row 99 of 8: the kernel raises
+    op = raising_kernel()
 
     def body(x):
         with env.region():
             y = torch.mm(x, x)
-            return torch.index_select(y, 0, index)
+            return op(y)
     return body
 
 
@@ -314,7 +340,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("error_at_graph_break", _error_at_graph_break, "an exception raised by eager "
              "code at a graph break inside a region", raises=KeyError),
     Scenario("kernel_error", _kernel_error, "an exception raised by a kernel inside a traced "
-             "region", raises=IndexError, known=(("eager", _LEAK_ON_RAISE),)),
+             "region", raises=KernelError, known=(("eager", _LEAK_ON_RAISE),)),
 )
 
 
