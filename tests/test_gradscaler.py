@@ -131,3 +131,52 @@ def test_fake_tier_checks_kernel_layouts_and_skips_the_rest_with_reason(pytester
     reasons = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert reasons and all("not applicable in --fake mode: " in r for r in reasons), reasons
 
+
+
+# -- PyTorch's CUDA unscale kernels without bfloat16 (reference defect) -------------------
+
+
+def _case(case_id: str) -> cases.UnscaleCase:
+    return next(c for c in cases.UNSCALE_CASES if c.id == case_id)
+
+
+def test_the_cuda_bfloat16_unscale_gap_is_known_only_where_it_was_seen():
+    """Seen on torch 2.11.0+cu130 (H100): only a real CUDA device with a bfloat16 gradient."""
+    cuda = Target("cuda")
+    assert kernels.known_defect(cuda, _case("bfloat16")) == kernels.CUDA_NO_BF16
+    assert kernels.known_defect(cuda, _case("mixed-float32-float16-bfloat16")) == kernels.CUDA_NO_BF16
+    assert kernels.known_defect(cuda, _case("float16")) is None
+    assert kernels.known_defect(Target("cuda", fake=True), _case("bfloat16")) is None
+    assert kernels.known_defect(CPU, _case("bfloat16")) is None
+    assert kernels.known_defect(Target("xpu"), _case("bfloat16")) is None
+
+
+@pytest.fixture
+def unscale_without_bfloat16():
+    """The CPU unscale kernel replaced by CUDA's answer to bfloat16 in torch 2.11:
+    NotImplementedError in AT_DISPATCH's words (the tests below pass only bfloat16)."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def unscale(grads, found_inf, inv_scale):
+        raise NotImplementedError('"_amp_foreach_non_finite_check_and_unscale_cuda" not '
+                                  "implemented for 'BFloat16'")
+
+    lib.impl("_amp_foreach_non_finite_check_and_unscale_", unscale, "CPU")
+    yield
+    lib._destroy()
+
+
+def test_a_missing_bfloat16_unscale_kernel_fails_naming_it_and_reproduces_the_defect(
+        unscale_without_bfloat16):
+    from amp_conformance.checks import defects
+
+    case = _case("bfloat16")
+    for check in (lambda: kernels.check_unscale(CPU, case, "bitwise"),
+                  lambda: kernels.check_unscale_meta(CPU, case)):
+        with pytest.raises(ConformanceFailure, match="has no implementation for gradients of "
+                                                     "dtypes bfloat16: .*'BFloat16'"):
+            check()
+        recorded: dict = {}
+        defects.known_departure(kernels.CUDA_NO_BF16, check, kernels.NO_KERNEL,
+                                recorded.__setitem__)
+        assert recorded[defects.PROPERTY]["status"] == "reproduced"

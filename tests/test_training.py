@@ -194,3 +194,44 @@ def test_device_module_api_check_uses_what_the_module_has(monkeypatch):
     api.check_device_module_api(CPU, torch.float16)
     monkeypatch.setattr(torch.cpu, "get_autocast_dtype", lambda: torch.bfloat16, raising=False)
     _fails(api.check_device_module_api, CPU, torch.float16, words=("get_autocast_dtype",))
+
+
+# -- cuDNN's float16 under bfloat16 (reference defect cudnn-rnn-float16-under-bfloat16) -----
+
+
+def _outputs_as(monkeypatch, *dtypes):
+    """The module's outputs as cuDNN gave them on the H100 (torch 2.11): no GPU needed."""
+    def forward(target, dtype, row):
+        out, h, c = (torch.zeros(1, dtype=d) for d in dtypes)
+        return None, None, (out, (h, c))
+    monkeypatch.setattr(rnn, "run_forward", forward)
+
+
+def _verdict(target, dtype, row):
+    from amp_conformance.checks import defects
+
+    recorded: dict = {}
+    defect = rnn.known_defect(target, dtype)
+    defects.known_departure(defect, lambda: rnn.check_forward_dtypes(target, dtype, row),
+                            rnn.every_output(torch.float16), recorded.__setitem__)
+    return recorded[defects.PROPERTY]["status"]
+
+
+def test_cudnn_float16_under_bfloat16_is_the_recorded_defect(monkeypatch):
+    cuda, row = Target("cuda"), rnn.ROWS[0]
+    assert rnn.known_defect(cuda, torch.bfloat16) == rnn.CUDNN_BF16_DEFECT
+    assert rnn.known_defect(cuda, torch.float16) is None
+    assert rnn.known_defect(FAKE_CUDA, torch.bfloat16) is None
+    assert rnn.known_defect(CPU, torch.bfloat16) is None
+    _outputs_as(monkeypatch, torch.float16, torch.float16, torch.float16)
+    assert _verdict(cuda, torch.bfloat16, row) == "reproduced"
+    _outputs_as(monkeypatch, torch.bfloat16, torch.bfloat16, torch.bfloat16)
+    assert _verdict(cuda, torch.bfloat16, row) == "fixed"
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float16, torch.float16, torch.float32),
+                                    (torch.float32,) * 3])
+def test_other_rnn_departures_under_bfloat16_still_fail(monkeypatch, dtypes):
+    _outputs_as(monkeypatch, *dtypes)
+    with pytest.raises(ConformanceFailure, match="expected torch.bfloat16 for every output"):
+        _verdict(Target("cuda"), torch.bfloat16, rnn.ROWS[0])

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from amp_conformance.checks.gradscaler.cases import VIEWS, Grad, UnscaleCase, UpdateCase
 from amp_conformance.core.compare import tolerance_kwargs
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.target import Target
 from amp_conformance.schema.versions import release
 
@@ -90,6 +91,31 @@ def _mismatch(actual: torch.Tensor, expected: torch.Tensor, numerics: str) -> st
 
 # -- the unscale kernel -------------------------------------------------------------------
 
+#: PyTorch's CUDA unscale kernels have no bfloat16 implementation (oplists/defects.toml)
+CUDA_NO_BF16 = "cuda-unscale-no-bfloat16"
+#: how a device without a kernel for a gradient's dtype shows it (the check's message)
+NO_KERNEL = "has no implementation for"
+
+
+def known_defect(target: Target, case: UnscaleCase) -> str | None:
+    """The reference defect ``case`` meets on ``target``, or None: bfloat16 gradients on a
+    real CUDA device (the fake tier runs the Meta kernel, which has every dtype)."""
+    if target.device == "cuda" and not target.fake and any(
+            g.dtype == "bfloat16" for g in case.grads):
+        return CUDA_NO_BF16
+    return None
+
+
+def _unscale(where: str, views: list[torch.Tensor], found_inf: torch.Tensor,
+             inv_scale: torch.Tensor) -> Any:
+    """The in-place kernel; a dtype without a kernel is a failure naming the dtypes."""
+    try:
+        return torch._amp_foreach_non_finite_check_and_unscale_(views, found_inf, inv_scale)
+    except NotImplementedError as exc:
+        dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in views})
+        raise ConformanceFailure(f"{where}: the unscale kernel {NO_KERNEL} gradients of dtypes "
+                                 f"{', '.join(dtypes)}: {first_line(exc)}") from None
+
 
 def check_unscale(target: Target, case: UnscaleCase, numerics: str) -> None:
     """Run one unscale call and compare found_inf, the unscaled views and the untouched
@@ -100,8 +126,8 @@ def check_unscale(target: Target, case: UnscaleCase, numerics: str) -> None:
     expected = [reference(v, case.inv_scale) for v in views]
     found_inf, inv_scale = _scalars(case, device)
     why = _nonfinite_reason(case, views)
-    torch._amp_foreach_non_finite_check_and_unscale_(views, found_inf, inv_scale)
     where = _describe(case, device)
+    _unscale(where, views, found_inf, inv_scale)
     want = 1.0 if why else case.found_inf_before
     got = found_inf.item()
     if got != want:
@@ -160,7 +186,7 @@ def check_unscale_meta(target: Target, case: UnscaleCase) -> None:
         _, views = build_grads(case, device, fake=target.fake)
         found_inf, inv_scale = _scalars(case, device)
         before = [_layout(v) for v in views] + [_layout(found_inf)]
-        out = torch._amp_foreach_non_finite_check_and_unscale_(views, found_inf, inv_scale)
+        out = _unscale(where, views, found_inf, inv_scale)
         after = [_layout(v) for v in views] + [_layout(found_inf)]
         functional = getattr(torch.ops.aten, "_amp_foreach_non_finite_check_and_unscale", None)
         if target.fake and release() < FAKE_FUNCTIONAL_UNSCALE_SINCE:
