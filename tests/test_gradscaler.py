@@ -30,6 +30,7 @@ CATCHERS = {
     "unscale-ignores-nan": _unscale("nan"),
     "unscale-ignores-neg-inf": _unscale("neg_inf"),
     "unscale-clears-found-inf": _unscale("found_inf-accumulates"),
+    "unscale-no-bfloat16": _unscale("bfloat16"),
     "unscale-inv-scale-in-grad-dtype": _unscale("inv_scale-third"),
     "unscale-strided-grads-copied": _unscale("sliced"),
     "update-never-backs-off": _update("backoff"),

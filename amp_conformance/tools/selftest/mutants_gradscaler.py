@@ -88,6 +88,20 @@ register(Mutant(
     expect=(UNSCALE_OP, "holds a -inf value"),
     select=UNSCALE_CHECKS,
 ))
+def _without_bfloat16(grads, found_inf, inv_scale):
+    if any(g.dtype == torch.bfloat16 for g in grads):
+        raise NotImplementedError(f'"{UNSCALE_OP}" not implemented for \'BFloat16\'')
+    unscale_kernel()(grads, found_inf, inv_scale)
+
+
+register(Mutant(
+    name="unscale-no-bfloat16",
+    description="the CPU unscale kernel has no bfloat16 implementation (PyTorch's CUDA kernel "
+                "in torch 2.11, a reference defect there; on CPU a departure)",
+    apply=cpu_kernel(UNSCALE_OP, _without_bfloat16),
+    expect=(UNSCALE_OP, "has no implementation for gradients of dtypes bfloat16"),
+    select="test_gradscaler_unscale_kernel",
+))
 register(Mutant(
     name="unscale-clears-found-inf",
     description="the CPU unscale kernel writes found_inf = 0 for finite gradients, clearing "
