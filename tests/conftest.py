@@ -1,5 +1,7 @@
 """Shared set-up of the project's own tests."""
 
+import functools
+
 import pytest
 from _pytest import pytester as _pytester
 
@@ -19,3 +21,72 @@ def _keep_torch_modules_across_inline_runs(monkeypatch):
         original(self, lambda name: _is_torch_module(name) or bool(preserve and preserve(name)))
 
     monkeypatch.setattr(_pytester.SysModulesSnapshot, "__init__", init)
+
+
+# -- devices absent here -----------------------------------------------------------------
+
+#: device types whose autocast policy a CPU build of torch registers and can run through
+#: FakeTensorMode, in the order a test that needs "a device absent here" takes them
+FAKE_DEVICES = ("cuda", "xpu", "mps", "mtia")
+
+
+@functools.cache
+def fake_tensors_fail(device: str) -> str | None:
+    """Why FakeTensorMode cannot make a tensor of ``device`` here, or None when it can.
+
+    Older torch (2.11) makes a real tensor of a fake cuda/xpu device whenever CUDA or XPU
+    is available (``init_gpu_context``): a fake xpu tensor on a CUDA machine then raises
+    "Torch not compiled with XPU enabled"."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode():
+            torch.empty(1, device=device)
+    except Exception as exc:  # noqa: BLE001 - the reason is the skip's
+        return (f"torch {torch.__version__} cannot make a fake {device} tensor here: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return None
+
+
+def why_not_absent(device: str) -> str | None:
+    """Why ``device`` cannot serve as a device absent here, or None when it can: autocast
+    knows it, it is not available on this machine, its policy runs through FakeTensorMode."""
+    from amp_conformance.core import devices
+    from amp_conformance.core.target import fake_supported
+
+    if not devices.is_autocast_available(device):
+        return f"{device}: not an autocast device type of this torch"
+    if devices.is_available(device):
+        return f"{device}: available here"
+    if not fake_supported(device):
+        return f"{device}: no Autocast kernels to run through FakeTensorMode"
+    return fake_tensors_fail(device)
+
+
+def absent_device(among: tuple[str, ...] = FAKE_DEVICES) -> str | None:
+    """The first device type of ``among`` absent here (:func:`why_not_absent`), or None.
+    CUDA is the absent device on a CPU machine, not on a GPU host."""
+    return next((d for d in among if why_not_absent(d) is None), None)
+
+
+@pytest.fixture(name="absent_device")
+def _absent_device(request) -> str:
+    """A device type absent here (:func:`absent_device`), of ``request.param`` (a tuple,
+    with ``indirect=True``) or any; skips the test, saying why, where there is none."""
+    among = getattr(request, "param", FAKE_DEVICES)
+    device = absent_device(among)
+    if device is None:
+        pytest.skip(f"needs {' or '.join(among)} absent here, with fake tensors of it: "
+                    f"{'; '.join(why_not_absent(d) for d in among)}")
+    return device
+
+
+@pytest.fixture(name="fake_device")
+def _fake_device(request) -> str:
+    """``request.param`` (``indirect=True``), a device type whose fake tensors can be made
+    here; skips the test, saying why, where they cannot."""
+    why = fake_tensors_fail(request.param)
+    if why is not None:
+        pytest.skip(f"needs fake {request.param} tensors: {why}")
+    return request.param

@@ -177,11 +177,13 @@ def test_an_unmarked_non_differentiable_entry_fails_saying_how_to_mark_it():
 # -- the fake tier: casts checked where the call fails below autocast -------------------------
 
 
-@pytest.mark.parametrize("device", ["mps", "xpu"])
-def test_fake_sdpa_passes_on_its_casts_and_fails_without_them(device):
+@pytest.mark.parametrize("absent_device", [("mps",), ("xpu",)], ids=["mps", "xpu"], indirect=True)
+def test_fake_sdpa_passes_on_its_casts_and_fails_without_them(absent_device):
     """sdpa raises below autocast under --fake (no backend stub in a CPU build): the policy
     check passes on the casts AutocastMPS/XPU made first, and fails when its kernel casts
-    nothing (pytorch#141774: sdpa missing from AutocastMPS)."""
+    nothing (pytorch#141774: sdpa missing from AutocastMPS). Needs the device absent here,
+    with fake tensors of it (skips, saying why, where not)."""
+    device = absent_device
     case = _case(device, "scaled_dot_product_attention", torch.float16, fake=True)
     observed: dict = {}
     oplist_checks.check_policy(case, observed)
@@ -230,14 +232,17 @@ def test_other_errors_under_fake_still_fail():
     assert fake_casts.limit_of(RuntimeError("a kernel bug")) is None
 
 
-@pytest.mark.parametrize("device, entry_id", [
-    ("cuda", "cudnn_convolution"), ("cuda", "gru_cell"), ("cuda", "grid_sampler"),
-    ("cuda", "_thnn_fused_gru_cell"), ("mps", "_mps_convolution"),
-])
-def test_fake_fallbacks_to_an_absent_device_are_checked_by_their_casts(device, entry_id):
+@pytest.mark.parametrize("absent_device, entry_id", [
+    (("cuda",), "cudnn_convolution"), (("cuda", "xpu"), "gru_cell"),
+    (("cuda", "xpu", "mps"), "grid_sampler"), (("cuda", "xpu", "mtia"), "_thnn_fused_gru_cell"),
+    (("mps",), "_mps_convolution"),
+], indirect=["absent_device"], ids=lambda v: v if isinstance(v, str) else "/".join(v))
+def test_fake_fallbacks_to_an_absent_device_are_checked_by_their_casts(absent_device, entry_id):
     """Entries whose fake call falls back to the real device after autocast's casts (their
-    fake skips still switch the items off: these calls bypass the skips)."""
+    fake skips still switch the items off: these calls bypass the skips). The device must
+    be absent here (where it is not, the fallback runs on it): the first of the devices
+    whose list has the entry that is absent, else the item skips saying why."""
     observed: dict = {}
-    oplist_checks.check_policy(_case(device, entry_id, torch.float16, fake=True), observed)
+    oplist_checks.check_policy(_case(absent_device, entry_id, torch.float16, fake=True), observed)
     (seen,) = observed.values()
     assert "then raised (a limit of the fake tier" in seen, seen

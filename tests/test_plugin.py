@@ -34,10 +34,10 @@ def test_xdist_runs_the_same_items(pytester):
     assert len(_ids(serial.outlines)) > 400
 
 
-def test_unavailable_device_fails_the_run(pytester):
-    result = pytester.runpytest(*SUITE, "--device", "cuda")
+def test_unavailable_device_fails_the_run(pytester, absent_device):
+    result = pytester.runpytest(*SUITE, "--device", absent_device)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*device 'cuda' is not available here*--fake*"])
+    result.stderr.fnmatch_lines([f"*device '{absent_device}' is not available here*--fake*"])
     assert "passed" not in result.stdout.str()
 
 

@@ -44,30 +44,67 @@ def _op_overload(name: str) -> Any:
     return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
 
 
-#: The observer key's fallthrough fallback, shared by every live observer (torch allows
-#: one fallback per key): [library, number of observers using it].
-_FALLBACK: list[Any] = [None, 0]
+#: The observer key's registrations, shared by every live observer: torch allows one
+#: fallback per key and one Python kernel per (op, key) (a second library registering the
+#: same kernel is refused, "This is not allowed since there's already a kernel registered
+#: from python", on torch 2.11, and hides the first on 2.13). So there is one kernel per
+#: overload, telling every live observer, registered the first time an observer watches
+#: the overload and removed with the rest when the last observer exits.
+_LIVE: list[Observer] = []
+_LIBRARIES: dict[str | None, torch.library.Library] = {}  # namespace (None: the fallback)
+_KERNELS: set[str] = set()
 
 
-def _acquire_fallback() -> None:
-    if _FALLBACK[1] == 0:
-        library = torch.library.Library("_", "IMPL", OBSERVER_KEY)
-        library.fallback(torch.library.fallthrough_kernel)
-        _FALLBACK[0] = library
-    _FALLBACK[1] += 1
+def _library(namespace: str) -> torch.library.Library:
+    if namespace not in _LIBRARIES:
+        _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
+    return _LIBRARIES[namespace]
 
 
-def _release_fallback() -> None:
-    _FALLBACK[1] -= 1
-    if _FALLBACK[1] == 0:
-        _FALLBACK[0]._destroy()
-        _FALLBACK[0] = None
+def _shared_kernel(name: str) -> Callable[..., Any]:
+    op = _op_overload(name)
+    below = torch._C.DispatchKeySet(OBSERVER_KEY)
+
+    def observe(*args: Any, **kwargs: Any) -> Any:
+        for observer in tuple(_LIVE):
+            observer._note(name, args, kwargs)
+        with torch._C._ExcludeDispatchKeyGuard(below):
+            return op(*args, **kwargs)
+
+    return observe
+
+
+def _attach(observer: Observer) -> None:
+    if not _LIVE:
+        fallback = torch.library.Library("_", "IMPL", OBSERVER_KEY)
+        fallback.fallback(torch.library.fallthrough_kernel)
+        _LIBRARIES[None] = fallback
+    _LIVE.append(observer)
+    try:
+        for name in observer.overloads:
+            if name not in _KERNELS:
+                namespace, _, rest = name.partition("::")
+                _library(namespace).impl(rest, _shared_kernel(name), OBSERVER_KEY)
+                _KERNELS.add(name)
+    except BaseException:
+        _detach(observer)
+        raise
+
+
+def _detach(observer: Observer) -> None:
+    if observer in _LIVE:
+        _LIVE.remove(observer)
+    if not _LIVE:
+        while _LIBRARIES:
+            _LIBRARIES.popitem()[1]._destroy()
+        _KERNELS.clear()
 
 
 class Observer:
     """Records which of ``overloads`` have their ``Autocast<device>`` kernel entered.
 
-    Use as a context manager (installs and, on exit, removes the observing kernels), and
+    Use as a context manager (installs and, on exit, removes the observing kernels; any
+    number of observers may be live at once, for one device or several), and
     :meth:`recording` around the calls to observe.
     """
 
@@ -75,20 +112,13 @@ class Observer:
         self.device = device
         self.key = devices.dispatch_key(device)
         self.overloads = list(overloads)
+        self._watched = frozenset(self.overloads)
         self._seen: list[str] | None = None
-        self._libraries: list[torch.library.Library] = []
 
-    def _kernel(self, name: str) -> Callable[..., Any]:
-        op = _op_overload(name)
-        below = torch._C.DispatchKeySet(OBSERVER_KEY)
-
-        def observe(*args: Any, **kwargs: Any) -> Any:
-            if self._seen is not None and self._enters_autocast(name, args, kwargs):
-                self._seen.append(name)
-            with torch._C._ExcludeDispatchKeyGuard(below):
-                return op(*args, **kwargs)
-
-        return observe
+    def _note(self, name: str, args: tuple, kwargs: dict) -> None:
+        if (self._seen is not None and name in self._watched
+                and self._enters_autocast(name, args, kwargs)):
+            self._seen.append(name)
 
     def _enters_autocast(self, name: str, args: tuple, kwargs: dict) -> bool:
         """Whether this call reaches a kernel of the device's autocast next: autocast is on
@@ -104,27 +134,11 @@ class Observer:
         )
 
     def __enter__(self) -> Observer:
-        _acquire_fallback()
-        try:
-            by_namespace: dict[str, torch.library.Library] = {}
-            for name in self.overloads:
-                namespace, _, rest = name.partition("::")
-                if namespace not in by_namespace:
-                    by_namespace[namespace] = torch.library.Library(namespace, "IMPL")
-                    self._libraries.append(by_namespace[namespace])
-                by_namespace[namespace].impl(rest, self._kernel(name), OBSERVER_KEY)
-        except BaseException:
-            self._remove()
-            raise
+        _attach(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._remove()
-
-    def _remove(self) -> None:
-        while self._libraries:
-            self._libraries.pop()._destroy()
-        _release_fallback()
+        _detach(self)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[str]]:
@@ -146,9 +160,7 @@ def shared_observer(device: str) -> Observer:
     kernels costs milliseconds; a run observes hundreds of calls). :func:`release_shared`
     removes them; the plugin calls it when the session ends."""
     if device not in _SHARED:
-        # one device at a time: two observers' kernels for the same op on the one key would
-        # hide each other (the dispatcher runs the latest registration only)
-        release_shared()
+        release_shared()  # one device at a time: the registrations stay those of one policy
         _SHARED[device] = Observer(device, policy_overloads(device)).__enter__()
     return _SHARED[device]
 

@@ -1,0 +1,294 @@
+"""Check the suite on a machine with a GPU (or another accelerator): one command.
+
+    python benchmarks/gpu_check.py [--device cuda] [--out DIR] [--only RUN,...] [--dry-run]
+
+Runs, each from an empty temporary directory against the installed package (the project's
+tests from this checkout), with a conformance report where the run is the suite:
+
+- ``serial``: ``pytest --pyargs amp_conformance --device DEV``
+- ``xdist``: the same with ``-n auto``
+- ``aot_eager``, ``inductor``: the same with ``-n auto --amp-compile BACKEND``
+- ``coverage``: ``python -m amp_conformance coverage --device DEV``
+- ``project``: ``pytest -n auto tests`` in the checkout
+
+and writes a Markdown summary (per run: command, pytest's summary counts, wall time, exit
+status, the first line of each failure, read from the JSON reports where there are some)
+to ``DIR/summary.md`` (default ``gpu-check/``) and stdout; reports and logs go beside it.
+Without the device it says so and exits 2: it never writes a summary where nothing ran.
+Exit status: 0 when every run exited 0, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite_speed import SUMMARY
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+RUNS = ("serial", "xdist", "aot_eager", "inductor", "coverage", "project")
+#: failures listed per run in the summary (the rest are counted)
+MAX_FAILURES = 25
+
+
+@dataclass(frozen=True)
+class Run:
+    """One command of the check: where it runs and which report it leaves."""
+
+    name: str
+    argv: tuple[str, ...]
+    in_checkout: bool = False  # else: a fresh empty temporary directory
+    report: Path | None = None  # --conformance-report (JSON) or --junitxml (XML)
+
+    @property
+    def command(self) -> str:
+        argv = ("python", *self.argv[1:]) if self.argv[0] == sys.executable else self.argv
+        return shlex.join(argv)
+
+
+@dataclass
+class Outcome:
+    """What one run gave."""
+
+    run: Run
+    exit_status: int | None  # None: timed out
+    wall: float
+    summary: str  # pytest's summary line (coverage: its last line)
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def plan(device: str, out: Path, only: tuple[str, ...] = RUNS, workers: str = "auto",
+         checkout: Path = CHECKOUT) -> list[Run]:
+    """The runs to make, in order (``only``: their names)."""
+    unknown = sorted(set(only) - set(RUNS))
+    if unknown:
+        raise ValueError(f"unknown run {', '.join(unknown)}; runs: {', '.join(RUNS)}")
+    py = sys.executable
+    suite = (py, "-m", "pytest", "--pyargs", "amp_conformance", "--device", device, "-q",
+             "-p", "no:cacheprovider")
+    runs = {
+        "serial": (*suite,),
+        "xdist": (*suite, "-n", workers),
+        "aot_eager": (*suite, "-n", workers, "--amp-compile", "aot_eager"),
+        "inductor": (*suite, "-n", workers, "--amp-compile", "inductor"),
+    }
+    planned = []
+    for name in (n for n in RUNS if n in only):
+        if name in runs:
+            report = out / f"{name}.json"
+            planned.append(Run(name, (*runs[name], "--conformance-report", str(report)),
+                               report=report))
+        elif name == "coverage":
+            planned.append(Run(name, (py, "-m", "amp_conformance", "coverage", "--device",
+                                      device, "-q")))
+        else:
+            report = out / "project.xml"
+            planned.append(Run(name, (py, "-m", "pytest", "-n", workers, "-q", "tests",
+                                      "--junitxml", str(report)),
+                               in_checkout=True, report=report))
+    return planned
+
+
+def missing_device(device: str) -> str | None:
+    """Why the check cannot run here (the device is absent), or None."""
+    import torch
+
+    module = getattr(torch, device, None)
+    check = getattr(module, "is_available", None)
+    try:
+        here = bool(check()) if check is not None else False
+    except Exception:  # noqa: BLE001 - a backend that cannot answer is not here
+        here = False
+    if here:
+        return None
+    return (f"gpu_check: device {device!r} is not available here (torch.{device}.is_available() "
+            f"is false; torch {torch.__version__}): nothing was run, no summary written")
+
+
+def summary_counts(text: str) -> tuple[str, dict[str, int]]:
+    """pytest's summary line (the last line naming counts) and its counts."""
+    lines = [line.strip("= ") for line in text.strip().splitlines() if SUMMARY.search(line)]
+    if not lines:
+        return "", {}
+    counts: dict[str, int] = {}
+    for n, word in SUMMARY.findall(lines[-1]):
+        counts["error" if word.startswith("error") else word] = int(n)
+    return lines[-1], counts
+
+
+def first_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else "(no message)"
+
+
+def failures_from_report(data: dict) -> list[str]:
+    """``node id: first line`` of every failed, erroring or unfinished item of a JSON
+    conformance report (``docs/report-schema.md``)."""
+    return [f"{r['nodeid']}: {first_line(r.get('message'))}" for r in data.get("results", ())
+            if r.get("outcome") in ("failed", "error", "xpassed", "unfinished")]
+
+
+def failures_from_junit(path: Path) -> list[str]:
+    """``node id: first line`` of every failure or error of a JUnit XML file."""
+    found = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for problem in (*case.findall("failure"), *case.findall("error")):
+            module = case.get("classname", "").replace(".", "/")
+            found.append(f"{module}.py::{case.get('name')}: "
+                         f"{first_line(problem.get('message') or problem.text)}")
+    return found
+
+
+def failures_from_output(stdout: str) -> list[str]:
+    """The short test summary's ``FAILED``/``ERROR`` lines, where no report was left."""
+    return [line.split(" ", 1)[1].replace(" - ", ": ", 1) for line in stdout.splitlines()
+            if line.startswith(("FAILED ", "ERROR "))]
+
+
+def coverage_failures(stdout: str) -> list[str]:
+    """The overloads the coverage report names as reached but not checked or uncovered."""
+    found, section = [], None
+    for line in stdout.splitlines():
+        header = re.match(r"(reached but not checked|uncovered|listed but not in policy) \(", line)
+        if header:
+            section = header[1]
+        elif not line.startswith("  "):
+            section = None
+        elif section:
+            found.append(f"{section}: {line.strip()}")
+    return found
+
+
+def read_outcome(run: Run, exit_status: int | None, wall: float, stdout: str) -> Outcome:
+    """What ``run`` gave, from its report where it left one, else from its output."""
+    if run.name == "coverage":
+        last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+        return Outcome(run, exit_status, wall, last, failures=coverage_failures(stdout))
+    line, counts = summary_counts(stdout)
+    outcome = Outcome(run, exit_status, wall, line, counts)
+    if run.report is not None and run.report.suffix == ".json" and run.report.exists():
+        data = json.loads(run.report.read_text())
+        outcome.failures = failures_from_report(data)
+        status = data.get("run", {}).get("status")
+        if status != "completed":
+            outcome.note = f"report status {status!r}: no verdict"
+    elif run.report is not None and run.report.suffix == ".xml" and run.report.exists():
+        outcome.failures = failures_from_junit(run.report)
+    else:
+        outcome.failures = failures_from_output(stdout)
+        if run.report is not None:
+            outcome.note = "no report was written"
+    return outcome
+
+
+def execute(run: Run, out: Path, timeout: float) -> Outcome:
+    """Make ``run`` (stdout and stderr to ``out/<name>.log``) and read what it gave."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as empty:
+        cwd = CHECKOUT if run.in_checkout else Path(empty)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(run.argv, cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+            status, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            status = None
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        wall = time.perf_counter() - start
+    (out / f"{run.name}.log").write_text(f"$ {run.command}\n{stdout}\n--- stderr ---\n{stderr}")
+    outcome = read_outcome(run, status, wall, stdout)
+    if status is None:
+        outcome.note = f"timed out after {timeout:.0f} s; " + outcome.note
+    elif not outcome.summary:
+        outcome.note += f" stderr: {first_line(stderr[-2000:])}"
+    return outcome
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(device: str, machine: str, outcomes: list[Outcome]) -> str:
+    """The Markdown summary of the check."""
+    lines = [f"# GPU check: {device} ({machine})", "",
+             "| run | command | pytest summary | wall | exit |", "| --- | --- | --- | --- | --- |"]
+    for o in outcomes:
+        counts = ", ".join(f"{n} {w}" for w, n in o.counts.items()) or o.summary or "-"
+        exit_status = "timed out" if o.exit_status is None else str(o.exit_status)
+        lines.append(f"| {o.run.name} | `{_cell(o.run.command)}` | {_cell(counts)} | "
+                     f"{o.wall:.1f} s | {exit_status} |")
+    for o in outcomes:
+        if not (o.failures or o.note):
+            continue
+        lines += ["", f"## {o.run.name}: {len(o.failures)} failure(s)"]
+        if o.note.strip():
+            lines.append(f"({o.note.strip()})")
+        lines += [f"- `{_cell(f)}`" for f in o.failures[:MAX_FAILURES]]
+        if len(o.failures) > MAX_FAILURES:
+            lines.append(f"- … and {len(o.failures) - MAX_FAILURES} more (see {o.run.name}.log)")
+    return "\n".join(lines) + "\n"
+
+
+def describe_machine(device: str) -> str:
+    import torch
+
+    name = device
+    try:
+        name = getattr(torch, device).get_device_name(0)
+    except Exception:  # noqa: BLE001 - the name is only a label
+        pass
+    return f"{name}, torch {torch.__version__}, Python {sys.version.split()[0]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="device type to check (default: cuda)")
+    parser.add_argument("--out", type=Path, default=Path("gpu-check"),
+                        help="folder of the summary, reports and logs (default: gpu-check)")
+    parser.add_argument("--only", default=",".join(RUNS),
+                        help=f"comma-separated runs to make (default: all: {','.join(RUNS)})")
+    parser.add_argument("--workers", default="auto", help="-n of the parallel runs (default auto)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    try:
+        runs = plan(args.device, out, tuple(filter(None, args.only.split(","))), args.workers)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.dry_run:
+        for run in runs:
+            print(f"[{run.name}] ({'checkout' if run.in_checkout else 'empty dir'}) {run.command}")
+        return 0
+    why = missing_device(args.device)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    for run in runs:
+        print(f"[{run.name}] {run.command}", flush=True)
+        outcomes.append(execute(run, out, args.timeout))
+        print(f"[{run.name}] exit {outcomes[-1].exit_status}, {outcomes[-1].wall:.1f} s: "
+              f"{outcomes[-1].summary}", flush=True)
+    text = render(args.device, describe_machine(args.device), outcomes)
+    (out / "summary.md").write_text(text)
+    print(text)
+    return 0 if all(o.exit_status == 0 for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""benchmarks/gpu_check.py: the commands it makes, its refusal without the device, and the
+summary it writes (pure functions: no GPU, nothing run)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def gpu_check(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # gpu_check imports suite_speed beside it
+    return importlib.import_module("gpu_check")
+
+
+def test_dry_run_lists_every_run(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", "cuda",
+                           "--out", str(tmp_path), "--dry-run"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    suite = "python -m pytest --pyargs amp_conformance --device cuda -q -p no:cacheprovider"
+    assert lines == [
+        f"[serial] (empty dir) {suite} --conformance-report {tmp_path}/serial.json",
+        f"[xdist] (empty dir) {suite} -n auto --conformance-report {tmp_path}/xdist.json",
+        f"[aot_eager] (empty dir) {suite} -n auto --amp-compile aot_eager "
+        f"--conformance-report {tmp_path}/aot_eager.json",
+        f"[inductor] (empty dir) {suite} -n auto --amp-compile inductor "
+        f"--conformance-report {tmp_path}/inductor.json",
+        "[coverage] (empty dir) python -m amp_conformance coverage --device cuda -q",
+        f"[project] (checkout) python -m pytest -n auto -q tests --junitxml {tmp_path}/project.xml",
+    ]
+    assert not list(tmp_path.iterdir()), "a dry run writes nothing"
+
+
+def test_only_picks_runs_and_refuses_an_unknown_one(gpu_check, tmp_path):
+    runs = gpu_check.plan("xpu", tmp_path, ("coverage", "serial"), workers="4")
+    assert [r.name for r in runs] == ["serial", "coverage"]  # in the check's order
+    assert "--device xpu" in runs[0].command and runs[0].report == tmp_path / "serial.json"
+    with pytest.raises(ValueError, match="unknown run nightly"):
+        gpu_check.plan("cuda", tmp_path, ("nightly",))
+
+
+def test_a_missing_device_exits_non_zero_saying_so(gpu_check, tmp_path, absent_device, capsys):
+    assert gpu_check.main(["--device", absent_device, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"device {absent_device!r} is not available here" in err
+    assert "nothing was run, no summary written" in err
+    assert not (tmp_path / "o").exists()
+
+
+REPORT = {
+    "schema": "amp-conformance-report/1",
+    "run": {"status": "completed", "exitstatus": 1},
+    "summary": {"passed": 3, "failed": 1, "skipped": 2},
+    "results": [
+        {"nodeid": "amp_conformance/suite/test_oplist.py::test_policy[cuda-float16-torch_16-mm]",
+         "outcome": "failed",
+         "message": "torch.mm inside autocast: output dtype torch.float32, expected "
+                    "torch.float16\nreproduce: ..."},
+        {"nodeid": "amp_conformance/suite/test_oplist.py::test_policy[cuda-float16-torch_16-bmm]",
+         "outcome": "passed", "message": None},
+        {"nodeid": "amp_conformance/suite/test_oplist.py::test_numerics[cuda-x]",
+         "outcome": "skipped", "message": "not applicable: needs torch >= 2.14"},
+    ],
+}
+
+
+def test_summary_table_from_a_report_and_pytest_summary_line(gpu_check, tmp_path):
+    report = tmp_path / "serial.json"
+    report.write_text(json.dumps(REPORT))
+    run = gpu_check.Run("serial", ("pytest", "--pyargs", "amp_conformance", "--device", "cuda"),
+                        report=report)
+    stdout = "....F.ss\nFAILED x - y\n==== 1 failed, 3 passed, 2 skipped, 4 warnings in 70.12s ====\n"
+    outcome = gpu_check.read_outcome(run, 1, 70.04, stdout)
+    assert outcome.summary == "1 failed, 3 passed, 2 skipped, 4 warnings in 70.12s"
+    assert outcome.counts == {"failed": 1, "passed": 3, "skipped": 2}
+    text = gpu_check.render("cuda", "NVIDIA H100", [outcome])
+    assert text.splitlines() == [
+        "# GPU check: cuda (NVIDIA H100)",
+        "",
+        "| run | command | pytest summary | wall | exit |",
+        "| --- | --- | --- | --- | --- |",
+        "| serial | `pytest --pyargs amp_conformance --device cuda` | 1 failed, 3 passed, "
+        "2 skipped | 70.0 s | 1 |",
+        "",
+        "## serial: 1 failure(s)",
+        "- `amp_conformance/suite/test_oplist.py::test_policy[cuda-float16-torch_16-mm]: "
+        "torch.mm inside autocast: output dtype torch.float32, expected torch.float16`",
+    ]
+
+
+def test_a_run_without_a_completed_report_is_no_verdict(gpu_check, tmp_path):
+    report = tmp_path / "xdist.json"
+    report.write_text('{"run": {"status": "crashed"}, "results": []}')
+    run = gpu_check.Run("xdist", ("pytest",), report=report)
+    outcome = gpu_check.read_outcome(run, 3, 1.0, "")
+    assert "report status 'crashed': no verdict" in gpu_check.render("cuda", "m", [outcome])
+    gone = gpu_check.read_outcome(gpu_check.Run("xdist", ("pytest",), report=tmp_path / "no.json"),
+                                  None, 5.0, "FAILED a.py::t - boom\n1 failed in 5s\n")
+    assert gone.failures == ["a.py::t: boom"] and gone.note == "no report was written"
+    assert "| timed out |" in gpu_check.render("cuda", "m", [gone])
+
+
+def test_project_failures_from_junit_and_coverage_from_its_report(gpu_check, tmp_path):
+    xml = tmp_path / "project.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="tests.test_plugin" '
+                   'name="test_unavailable_device_fails_the_run"><failure message="AssertionError:'
+                   ' assert 1 == 4&#10;more">trace</failure></testcase>'
+                   '<testcase classname="tests.test_x" name="test_ok"/></testsuite></testsuites>')
+    assert gpu_check.failures_from_junit(xml) == [
+        "tests/test_plugin.py::test_unavailable_device_fails_the_run: AssertionError: assert 1 == 4"]
+    out = ("AutocastCUDA in torch 2.11: 126 overloads\nreached but not checked (1):\n"
+           "  aten::mm  <- mm (raised: boom)\nexcluded (0):\nuncovered (1):\n"
+           "  aten::bmm: no entry reaches it and no [[exclude]] names it\n"
+           "coverage cuda: 124/126 covered, 1 reached but not checked, 0 excluded, 1 missing\n")
+    outcome = gpu_check.read_outcome(gpu_check.Run("coverage", ("python",)), 1, 5.0, out)
+    assert outcome.summary.startswith("coverage cuda: 124/126 covered")
+    assert outcome.failures == [
+        "reached but not checked: aten::mm  <- mm (raised: boom)",
+        "uncovered: aten::bmm: no entry reaches it and no [[exclude]] names it"]
