@@ -208,3 +208,156 @@ def test_a_known_defect_fixed_since_applies_before_its_release_only():
     assert ambient.known_defect("aot_eager", "2.6.0") is not None
     assert ambient.known_defect("eager", "2.7.1") is None
     assert ambient.known_defect("eager", "2.13.0") is None
+
+
+# -- PyTorch's own defects in the compiled tier -----------------------------------------
+
+
+def _case_of(device, entry_id, dtype=torch.bfloat16, backend="aot_eager", fake=False, **edit):
+    import dataclasses
+
+    (entry,) = [e for e in load_oplist(device).entries if e.id == entry_id]
+    entry = dataclasses.replace(entry, **edit)
+    return per_entry.CompiledCase.of(Case(Target(device, fake), dtype, entry), backend)
+
+
+def _recorded(case):
+    got = []
+    per_entry.check_compiled_policy(case, lambda key, value: got.append((key, value)))
+    return got
+
+
+def test_eager_defect_error_compiled_raises_it_too_and_is_recorded():
+    """cat of float16 beside bfloat16: eager raises prioritize's error (the entry's
+    reference defect), so does the compiled call (inside dynamo's TorchRuntimeError)."""
+    case = _case_of("cpu", "cat-mixed-lower-precision")
+    ((key, value),) = _recorded(case)
+    assert key == "amp_defect" and value["status"] == "reproduced"
+    assert value["id"] == "prioritize-mixed-lower-precision"
+
+
+def test_eager_defect_error_compiled_as_intended_fixes_it(monkeypatch):
+    """Where eager raises the defect's error, a compiled call that runs must give the
+    contract's dtypes (float32, the widest input type): then it fixes the defect; any
+    other dtype fails."""
+    case = _case_of("cpu", "cat-mixed-lower-precision")
+    args, _ = case.build_inputs()
+    for dtype in (torch.float32, torch.bfloat16):
+        monkeypatch.setattr(per_entry, "_compiled_call",
+                            lambda case, body, d=dtype: (torch.cat(args[0]).to(d), None, 1))
+        if dtype == torch.float32:
+            ((_, value),) = _recorded(case)
+            assert value["status"] == "fixed"
+        else:
+            with pytest.raises(ConformanceFailure, match="compiled ran, not as the contract "
+                                                         "intends.*expected torch.float32"):
+                per_entry.check_compiled_policy(case)
+
+
+def test_an_error_other_than_the_defects_fails():
+    import dataclasses
+
+    case = _case_of("cpu", "cat-mixed-lower-precision")
+    use = dataclasses.replace(case.entry.reference_defect, error="some other message")
+    case = dataclasses.replace(case, entry=dataclasses.replace(case.entry, reference_defect=use))
+    with pytest.raises(ConformanceFailure, match="eager .not compiled. raised RuntimeError: "
+                                                 "Unexpected floating ScalarType"):
+        per_entry.check_compiled_policy(case)
+
+
+@pytest.mark.parametrize("absent_device", [("cuda", "xpu", "mtia")], indirect=True)
+def test_compiled_defect_reproduced_only_where_recorded(absent_device):
+    """upsample_nearest1d.vec compiled with aot_eager skips AutocastCUDA's fp32 kernel
+    (its Python decomposition): the entry's compiled_defect accepts the amp dtype and the
+    item records it; without it, or with another dtype recorded, the check fails; with a
+    backend it was not seen with (eager), compiled must agree with eager, and does."""
+    import dataclasses
+
+    case = _case_of(absent_device, "upsample_nearest1d", torch.float16, fake=True)
+    ((_, value),) = _recorded(case)
+    assert (value["id"], value["status"]) == ("compile-upsample-vec-skips-autocast", "reproduced")
+    with pytest.raises(ConformanceFailure, match=r"compiled output dtypes \[torch.float16\], "
+                                                 r"eager gave \[torch.float32\]\n"):
+        per_entry.check_compiled_policy(dataclasses.replace(
+            case, entry=dataclasses.replace(case.entry, compiled_defect=None)))
+    other = dataclasses.replace(case.entry.compiled_defect, expect="bfloat16")
+    with pytest.raises(ConformanceFailure, match="nor is it what PyTorch's compiled call gives "
+                                                 "today.*expected torch.bfloat16"):
+        per_entry.check_compiled_policy(dataclasses.replace(
+            case, entry=dataclasses.replace(case.entry, compiled_defect=other)))
+    assert _recorded(_case_of(absent_device, "upsample_nearest1d", torch.float16,
+                              backend="eager", fake=True)) == []
+
+
+@pytest.mark.parametrize("table, field, message", [
+    ('{id = "nope", expect = "amp", backends = ["aot_eager"]}', "compiled_defect.id",
+     "unknown defect 'nope'"),
+    ('{id = "compile-upsample-vec-skips-autocast", expect = "error", backends = ["inductor"]}',
+     "compiled_defect.expect", "error"),
+    ('{id = "compile-upsample-vec-skips-autocast", expect = "amp"}', "compiled_defect.backends",
+     "non-empty array"),
+    ('{id = "compile-upsample-vec-skips-autocast", expect = "amp", backends = ["x"], why = 1}',
+     "compiled_defect.why", "unknown key"),
+])
+def test_compiled_defect_table_is_validated(tmp_path, table, field, message):
+    from amp_conformance.schema import oplist
+    from amp_conformance.schema.problems import OpListError
+
+    path = tmp_path / "l.toml"
+    path.write_text('[list]\ndevice = "cpu"\n[[entry]]\nid = "x"\nop = "mm"\n'
+                    'category = "torch_16"\nargs = [{shape = [2, 2]}, {shape = [2, 2]}]\n'
+                    f"compiled_defect = {table}\n")
+    with pytest.raises(OpListError) as caught:
+        oplist.parse_file(path)
+    assert field in str(caught.value) and message in str(caught.value)
+
+
+def test_norm_equal_and_flash_compiled_items_are_not_applicable_with_the_observed_reason():
+    """Dynamo cannot trace the raw norm binding nor put torch.equal's Python bool in a
+    graph (both seen here, on CPU): the compiled items of those entries are skipped saying
+    so, on every device and amp dtype; no other check of theirs is."""
+    with pytest.raises(Exception, match="marked as skipped"):
+        torch.compile(lambda x: torch._C._VariableFunctions.norm(x, 2), backend="eager",
+                      fullgraph=True)(torch.ones(3))
+    with pytest.raises(Exception, match="Data dependent operator"):
+        torch.compile(torch.equal, backend="eager", fullgraph=True)(torch.ones(3), torch.ones(3))
+    torch._dynamo.reset()
+    entries = {e.id: e for e in load_oplist("cuda").entries}
+    for eid, said in [("norm-Scalar", "Attempted to call function marked as skipped"),
+                      ("norm-ScalarOpt_dim", "Attempted to call function marked as skipped"),
+                      ("equal", "Data dependent operator"),
+                      ("_scaled_dot_product_flash_attention", "source must be provided")]:
+        case = Case(Target("cuda", eid != "equal"), torch.float16, entries[eid])
+        reason = case.skip_reason("compiled_policy")
+        assert reason.startswith("not applicable: ") and said in reason, eid
+        assert case.skip_reason("policy") != reason, eid
+
+
+# -- a code generator's tolerance -------------------------------------------------------
+
+
+def _one_rounding_apart(dtype):
+    """addr as CUDA's Half kernel computes it (the product rounded, then the sum) and as
+    generated code does (one rounding): a one-rounding difference."""
+    g = torch.Generator().manual_seed(3)
+    inp, v1, v2 = (torch.randn(*s, generator=g).to(dtype).float() for s in ((8, 8), (8,), (8,)))
+    eager = (inp + (v1[:, None] * v2).to(dtype).float()).to(dtype)
+    generated = (inp + v1[:, None] * v2).to(dtype)
+    return generated, eager, (inp, v1, v2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_codegen_tolerance_absorbs_one_rounding_not_a_wrong_result(dtype):
+    generated, eager, (inp, v1, v2) = _one_rounding_apart(dtype)
+    with pytest.raises(AssertionError):  # assert_close's defaults do not absorb it
+        torch.testing.assert_close(generated, eager)
+    backends.compare_outputs((generated, 1), (eager, 1), "inductor", "close", None, "c")
+    with pytest.raises(ConformanceFailure):  # the bitwise backends still compare bitwise
+        backends.compare_outputs(generated, eager, "aot_eager", "bitwise", None, "c")
+    wrong_op = (v1[:, None] * v2).to(dtype)  # addr without its input: outer
+    other = torch.bfloat16 if dtype == torch.float16 else torch.float16
+    through_other = (inp.to(other) + v1.to(other)[:, None] * v2.to(other)).to(dtype)
+    for wrong in [wrong_op, eager.float(), *([through_other] if dtype == torch.float16 else [])]:
+        with pytest.raises(ConformanceFailure):
+            backends.compare_outputs(wrong, eager, "inductor", "close", None, "c")
+    assert backends.codegen_tolerance(torch.ones(2)) is None  # float32: assert_close's own

@@ -60,8 +60,8 @@ def _run(case, check):
 
 
 def test_every_use_names_a_recorded_defect_and_every_defect_is_used():
-    used = {e.reference_defect.id for d in oplist.builtin_devices()
-            for e in load_oplist(d, ()).entries if e.reference_defect}
+    used = {use.id for d in oplist.builtin_devices() for e in load_oplist(d, ()).entries
+            for use in (e.reference_defect, e.compiled_defect) if use}
     code = "".join(p.read_text() for p in Path(verdicts.__file__).parents[1].rglob("*.py"))
     recorded = set(defects.registry())
     assert used <= recorded

@@ -67,6 +67,12 @@ def _as_record(defect_id: str, status: str) -> dict[str, Any]:
     return {"id": d.id, "status": status, "links": list(d.links), "summary": d.summary}
 
 
+def record_of(defect_id: str, status: str) -> dict[str, Any]:
+    """The ``PROPERTY`` value of an item that met ``defect_id`` (``REPRODUCED``/``FIXED``),
+    for checks that judge a defect themselves (the compiled tier)."""
+    return _as_record(defect_id, status)
+
+
 def reproduces(case: Case, check: Callable[[Case], None], use: DefectUse) -> None:
     """Raise unless the device does what PyTorch does today for this entry."""
     if use.expect == "error":

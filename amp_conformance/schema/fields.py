@@ -24,7 +24,8 @@ from amp_conformance.checks import registry
 from amp_conformance.core import generated, hardware
 from amp_conformance.schema import validators as v
 from amp_conformance.schema.categories import CATEGORIES, NAMESPACES
-from amp_conformance.schema.defects import parse_use
+from amp_conformance.schema.defects import Defect, parse_use
+from amp_conformance.schema.defects import registry as defect_registry
 from amp_conformance.schema.validators import ALL_CHECKS, AMP_DTYPES, CASTS, NUMERICS, Invalid, invalid
 from amp_conformance.schema.versions import version_gap
 
@@ -256,6 +257,52 @@ def _why(value: Any) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class CompiledDefect:
+    """An entry's ``compiled_defect``: PyTorch's compiled call departs from its eager one."""
+
+    id: str
+    #: the output dtype(s) compiled PyTorch gives today, in the words of ``expect``
+    expect: str | tuple[str, ...]
+    #: the torch.compile backends it was seen with; any other backend must agree with eager
+    backends: tuple[str, ...]
+
+    @property
+    def defect(self) -> Defect:
+        return defect_registry()[self.id]
+
+    def applies(self, backend: str | None) -> bool:
+        """Whether a compiled call with ``backend`` may show it on the running torch."""
+        return backend in self.backends and self.defect.applies()
+
+
+_COMPILED_KEYS = ("id", "expect", "backends")
+
+
+def _compiled_defect(value: Any) -> CompiledDefect:
+    """An entry's ``compiled_defect`` table (raises Invalid naming each sub-field)."""
+    if not isinstance(value, dict):
+        raise invalid('expected a table {id = "...", expect = "...", backends = [...]}')
+    problems = [(f".{k}", f"unknown key; allowed: {', '.join(_COMPILED_KEYS)}")
+                for k in sorted(set(value) - set(_COMPILED_KEYS))]
+    if value.get("id") not in defect_registry():
+        problems.append((".id", f"unknown defect {value.get('id')!r}; recorded in "
+                                f"oplists/defects.toml: {', '.join(sorted(defect_registry()))}"))
+    expect = None
+    try:
+        expect = v.dtypes(("amp", "widest"))(value.get("expect"))
+    except Invalid as exc:
+        problems.extend((f".expect{sub}", m) for sub, m in exc.problems)
+    backends = value.get("backends")
+    if not isinstance(backends, list) or not backends or not all(
+            isinstance(b, str) and b for b in backends):
+        problems.append((".backends", "expected a non-empty array of the torch.compile "
+                                      f"backends it was seen with, got {backends!r}"))
+    if problems:
+        raise Invalid(*problems)
+    return CompiledDefect(value["id"], expect, tuple(backends))
+
+
 # -- the entry table -------------------------------------------------------------------
 
 #: Every key of an ``[[entry]]`` table, in the order ``discover`` writes them.
@@ -339,6 +386,14 @@ ENTRY_FIELDS: tuple[Field, ...] = (
           "run the op inside autocast (`policy`, `numerics`, `backward`, `legacy`) pass when the "
           "device does either; the report says which it did. On a torch at or after the "
           "defect's `fixed` release only `expect` passes.", default_doc="none"),
+    Field("compiled_defect", "table", None, _compiled_defect,
+          "PyTorch's own departure in the compiled tier (`--amp-compile`), recorded in "
+          "`oplists/defects.toml`: `{id = \"<defect>\", expect = <the output dtype(s) the "
+          "compiled call gives today>, backends = [<the backends it was seen with>]}`. With "
+          "one of those backends `compiled_policy` passes when the compiled call gives eager's "
+          "dtypes and values or, where it does not, `expect` (and eager's shapes); the report "
+          "says which. Any other backend must agree with eager. Only where it was observed.",
+          default_doc="none"),
     Field("skip", "array of tables", [], _skips,
           "Where checks of the entry cannot be made: tables of conditions, `check` and "
           "`reason` (see *Skips* below).", attr="skips"),

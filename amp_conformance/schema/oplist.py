@@ -72,6 +72,8 @@ class Entry:
     backward: str | None = None
     #: PyTorch's own departure from ``expect`` here (schema.defects), if any
     reference_defect: DefectUse | None = None
+    #: PyTorch's own departure in the compiled tier (schema.fields.CompiledDefect), if any
+    compiled_defect: fields.CompiledDefect | None = None
     #: replaces the entry of the same id from an earlier file or the base list
     override: bool = False
     path: str = ""

@@ -22,14 +22,16 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.case import Case
-from amp_conformance.checks.compile import backends
+from amp_conformance.checks.compile import backends, departures
+from amp_conformance.checks.defects import FIXED, PROPERTY, REPRODUCED, Record, record_of
 from amp_conformance.checks.reproduction import _call_source, describe
 from amp_conformance.core import devices
 from amp_conformance.core.casting import output_dtypes
-from amp_conformance.core.compare import compare, compare_meta
+from amp_conformance.core.compare import compare_meta
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.schema import argspec
+from amp_conformance.schema.defects import DefectUse
 from amp_conformance.schema.oplist import variants
 
 CHECK = "compiled_policy"
@@ -121,41 +123,88 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def check_variant(case: CompiledCase, variant: str, fn: Callable) -> None:
-    """One variant compiled vs eager: it compiles whole, then dtypes and values agree."""
+def _compiled_call(case: CompiledCase, body: Callable) -> tuple[Any, Exception | None, int]:
+    """The body compiled whole and called: (output, exception, graphs dynamo compiled)."""
+    with backends.compiling() as stats:
+        compiled = torch.compile(body, backend=case.backend, fullgraph=True, dynamic=False)
+        try:
+            return _run(case, compiled), None, stats.graphs
+        except Exception as exc:  # a compile error, a kernel the backend lacks, a defect
+            return None, exc, stats.graphs
+
+
+def _eager_raised(case: CompiledCase, variant: str, body: Callable,
+                  use: DefectUse) -> dict[str, Any]:
+    """Eager raised the error of the entry's reference defect: the compiled call must raise
+    it too (reproduced) or give the contract's dtypes (fixed)."""
+    actual, error, _ = _compiled_call(case, body)
+    eager = (f"eager (not compiled) raised {use.error!r}, as PyTorch does today (reference "
+             f"defect {use.defect.cite()})")
+    if error is not None:
+        if departures.raised_the_defect(use, error):
+            return record_of(use.id, REPRODUCED)
+        _fail(case, variant, f"{eager}; compiled raised {_first_line(error)}")
+    problems = departures.contract_problems(case, variant, actual)
+    if problems:
+        _fail(case, variant, f"{eager}; compiled ran, not as the contract intends: "
+                             f"{'; '.join(problems)}")
+    return record_of(use.id, FIXED)
+
+
+def check_variant(case: CompiledCase, variant: str, fn: Callable) -> dict[str, Any] | None:
+    """One variant compiled vs eager: it compiles whole, then dtypes and values agree, or
+    it does what a reference defect of the entry says PyTorch does today
+    (:mod:`~amp_conformance.checks.compile.departures`); returns that defect's record."""
     body = _body(case, fn)
     try:
         expected = _run(case, body)
     except Exception as exc:  # the policy check reports this; nothing to compare with
-        _fail(case, variant, f"eager (not compiled) raised {_first_line(exc)}")
-    with backends.compiling() as stats:
-        compiled = torch.compile(body, backend=case.backend, fullgraph=True, dynamic=False)
-        try:
-            actual = _run(case, compiled)
-        except Exception as exc:  # a compile error or a kernel the backend lacks: name it
-            _fail(case, variant, f"failed compiled, where eager ran: {_first_line(exc)}")
-        if stats.graphs == 0:
-            _fail(case, variant, "dynamo compiled no graph: the call ran eagerly")
+        use = departures.eager_raised(case, exc)
+        if use is None:
+            _fail(case, variant, f"eager (not compiled) raised {_first_line(exc)}")
+        return _eager_raised(case, variant, body, use)
+    actual, error, graphs = _compiled_call(case, body)
+    if error is not None:
+        _fail(case, variant, f"failed compiled, where eager ran: {_first_line(error)}")
+    if graphs == 0:
+        _fail(case, variant, "dynamo compiled no graph: the call ran eagerly")
+    departure = departures.compiled_defect(case)
     if output_dtypes(actual) != output_dtypes(expected):
-        _fail(case, variant, f"compiled output dtypes {output_dtypes(actual)}, eager gave "
-                             f"{output_dtypes(expected)}")
+        problem = (f"compiled output dtypes {output_dtypes(actual)}, eager gave "
+                   f"{output_dtypes(expected)}")
+        if departure is None:
+            _fail(case, variant, problem)
+        today = departures.today_problems(case, variant, departure, actual, expected)
+        if today:
+            _fail(case, variant, f"{problem}; nor is it what PyTorch's compiled call gives "
+                                 f"today, reference defect {departure.defect.cite()}: "
+                                 f"{'; '.join(today)}")
+        return record_of(departure.id, REPRODUCED)
     what = f"compiled ({case.backend}) vs eager"
     try:
         if case.target.has_values:
-            compare(actual, expected, case.numerics, case.entry.tolerance, what)
+            backends.compare_outputs(actual, expected, case.backend, case.numerics,
+                                     case.entry.tolerance, what)
         else:
             compare_meta(actual, expected, what)
     except ConformanceFailure as exc:
         _fail(case, variant, str(exc))
+    return None if departure is None else record_of(departure.id, FIXED)
 
 
-def check_compiled_policy(case: CompiledCase) -> None:
-    """Every variant of the entry, compiled with the case's backend, agrees with eager."""
+def check_compiled_policy(case: CompiledCase, record: Record | None = None) -> None:
+    """Every variant of the entry, compiled with the case's backend, agrees with eager (or
+    does what PyTorch does today where the entry records a defect: ``record`` receives
+    which, as the eager checks record it)."""
     found = variants(case.entry)
     if not found:
         raise ConformanceFailure(f"{describe(case)}: no callable found for {case.entry.qualname}")
+    met = []
     with unchanged_autocast_state(case.target.device,
                                   f"the compiled policy check of {case.entry.qualname}"):
         with case.target.tensors():
             for name, fn in found:
-                check_variant(case, name, fn)
+                met.append(check_variant(case, name, fn))
+    met = [m for m in met if m is not None]
+    if met and record is not None:  # reproduced by any variant is what the item shows
+        record(PROPERTY, next((m for m in met if m["status"] == REPRODUCED), met[0]))

@@ -407,10 +407,11 @@ def _shapes(value: Any) -> Any:
 
 
 def _compare_call(eager: _Call, compiled: _Call, scenario: Scenario, numerics: str,
-                  target: Target, same_error_type: bool = True) -> list[str]:
+                  target: Target, backend: str = "eager") -> list[str]:
     """What the compiled call did differently from eager, as lines of a failure. Generated
     code may raise its own error where eager raises (inductor's bounds check raises
     RuntimeError for eager's IndexError): then only that it raised is required."""
+    same_error_type = not backends.generates_code(backend)
     if eager.error is not None or scenario.raises is not None:
         expected = type(eager.error).__name__ if eager.error is not None else "nothing"
         if scenario.raises is not None and not isinstance(eager.error, scenario.raises):
@@ -432,7 +433,8 @@ def _compare_call(eager: _Call, compiled: _Call, scenario: Scenario, numerics: s
     problems = []
     try:
         if target.has_values:
-            compare(compiled.output, eager.output, numerics, None, "compiled vs eager")
+            backends.compare_outputs(compiled.output, eager.output, backend, numerics, None,
+                                     "compiled vs eager")
         else:
             compare(_shapes(compiled.output), _shapes(eager.output), "bitwise", None,
                     "compiled vs eager (dtypes and shapes)")
@@ -467,7 +469,7 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
             for i, ambient in enumerate(scenario.calls, 1):
                 eager = _call(body, x, ambient, env)
                 problems = _compare_call(eager, _call(compiled, x, ambient, env), scenario,
-                                         numerics, target, not backends.generates_code(backend))
+                                         numerics, target, backend)
                 if problems:
                     lines = "\n".join(f"  {p}" for p in problems)
                     raise ConformanceFailure(f"{where}:\n  call {i} of {len(scenario.calls)}, "
