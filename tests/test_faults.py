@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 FAULTS = Path(__file__).parent / "faults"
 SELECT = ["-k", "test_policy and torch_16-mm", "-p", "no:cacheprovider", "-q"]
 
@@ -28,28 +26,48 @@ def _env(fault: str) -> dict[str, str]:
     return env
 
 
-def _supervised(tmp_path: Path, fault: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _supervised(tmp_path: Path, fault: str, *extra: str, run_args: tuple[str, ...] = ()
+                ) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
     proc = subprocess.run(
         [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--item-timeout=4",
-         "--hang-timeout=60", "--", "--device", "cpu", "--backend-module", "amp_fault",
+         "--hang-timeout=60", *run_args, "--", "--device", "cpu", "--backend-module", "amp_fault",
          *SELECT, *extra],
         cwd=tmp_path, env=_env(fault), capture_output=True, text=True, timeout=300)
     return proc, json.loads(report.read_text())
 
 
-@pytest.mark.parametrize("fault, how", [("exit0", "exit status 0"), ("abort", "SIGABRT")])
-def test_a_dying_backend_is_no_pass_and_the_item_is_named(tmp_path, fault, how):
-    proc, data = _supervised(tmp_path, fault)
+def test_a_dying_backend_is_no_pass_and_the_item_is_named(tmp_path):
+    """Without restarts the run is crashed (exit 3), the item it died in unfinished."""
+    proc, data = _supervised(tmp_path, "abort", run_args=("--max-restarts=0",))
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "crashed in suite/test_oplist.py::test_policy[cpu-bfloat16-torch_16-mm]" in last, last
-    assert how in last, last
+    assert "SIGABRT" in last, last
     assert data["run"]["status"] == "crashed"
     assert data["run"]["running"].endswith("test_policy[cpu-bfloat16-torch_16-mm]")
     outcomes = {r["nodeid"].split("::")[-1]: r["outcome"] for r in data["results"]}
     assert outcomes["test_policy[cpu-bfloat16-torch_16-mm]"] == "unfinished"
-    assert "passed" not in {outcomes.get("test_policy[cpu-bfloat16-torch_16-mm]")}
+
+
+def test_a_dying_backend_is_restarted_and_each_crash_fails_its_item(tmp_path):
+    """Restarted (the default), every item that killed its process fails once, naming how;
+    the run is a verdict (exit 1), each process's own report kept beside it."""
+    proc, data = _supervised(tmp_path, "exit0")
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert last.startswith("amp-conformance run: completed, exit status 1: CRASHED in "), last
+    assert "process 2 runs the 1 items not yet run" in proc.stdout
+    assert data["run"]["status"] == "completed" and data["run"]["processes"] == 2
+    assert [r["how"] for r in data["run"]["restarts"]] == ["exit status 0", "exit status 0"]
+    assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in data["results"]} == {
+        "test_policy[cpu-bfloat16-torch_16-mm]": "failed",
+        "test_policy[cpu-float16-torch_16-mm]": "failed"}
+    assert all(r["message"].startswith("the process died during this item (exit status 0)")
+               for r in data["results"])
+    first = json.loads((tmp_path / "r.1.json").read_text())
+    assert first["run"]["status"] == "crashed" and first["run"]["how"] == "exit status 0"
+    assert (tmp_path / "r.md").read_text().splitlines()[2].startswith("> **CRASHED in ")
 
 
 def test_a_hanging_kernel_fails_its_item_by_timeout(tmp_path):

@@ -22,6 +22,7 @@ pytest_plugins = (
     "amp_conformance.plugin.vendor",
     "amp_conformance.plugin.verdict",
     "amp_conformance.properties.statistics",
+    "amp_conformance.plugin.health",
     "amp_conformance.plugin.report.collect",
 )
 

@@ -62,3 +62,20 @@ def pytest_amp_conformance_property_forms(config: pytest.Config, device: str
     it. Results of several implementations merge in call order, over the built-in FORMS
     (a later form of the same op wins).
     """
+
+
+@hookspec
+def pytest_amp_conformance_device_health(config: pytest.Config, device: str
+                                         ) -> dict[str, Any] | Callable[[], None] | None:
+    """How to tell that ``device`` is lost: unusable for the rest of the process (a CUDA
+    device-side assert, a sticky error), so that no later item is blamed for it.
+
+    Return ``{"probe": fn, "patterns": [regex, ...]}`` (either key may be left out) or the
+    probe alone. ``fn()`` raises when the device is lost; it is run once before the first
+    item and after every conformance item that ran, so it must be cheap (a synchronize and
+    a tiny op). ``patterns`` are the backend's own words for a lost device, searched
+    (case-insensitively) in an item's failure where no probe decides. Called once the
+    items are collected (by the xdist controller at the session's start; it runs no probe).
+    Without it, a real non-CPU device gets a synchronize and a tiny op, and CPU (or
+    ``--fake``) nothing. See :mod:`amp_conformance.plugin.health`.
+    """

@@ -72,6 +72,12 @@ _OPTIONS = {
         help="exit 0 even when every selected conformance item was skipped (by default such "
              "a run ends with exit status 5: it proves nothing)",
     ),
+    "--amp-resume": dict(
+        dest="amp_resume", default=None, metavar="PATH",
+        help="deselect the items whose pytest node ids PATH lists, one a line: those an "
+             "earlier process of the run already ran (python -m amp_conformance run writes it "
+             "when it restarts after a lost device or a crash)",
+    ),
     "--amp-hypothesis-profile": dict(dest="amp_hypothesis_profile", default="ci", choices=(
         "ci", "dev", "nightly"), help="Hypothesis profile of the property checks (default: ci)"),
     "--amp-compile": dict(

@@ -7,6 +7,8 @@
 - **SIGTERM.** pytest does not handle it: the process would die without a summary or a
   report. Here it becomes an interruption (as Ctrl-C is), so the report is written and
   says the run was interrupted by SIGTERM.
+- **A lost device** (:mod:`amp_conformance.plugin.health`) stops the session with exit
+  status 6; under pytest-xdist the controller's stop is then no interruption.
 
 Crashes, ``os._exit`` and hangs cannot be seen from inside the process that dies: see
 ``python -m amp_conformance run`` (:mod:`amp_conformance.tools.run`).
@@ -59,8 +61,11 @@ def interrupted_by(config: pytest.Config) -> str | None:
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    from amp_conformance.plugin.health import is_loss_stop  # imported by pytest_plugins first
+
     config = _CONFIG.get("config")
-    if config is not None and _INTERRUPTED_BY not in config.stash:
+    if config is not None and _INTERRUPTED_BY not in config.stash and not is_loss_stop(
+            excinfo.value):
         config.stash[_INTERRUPTED_BY] = "KeyboardInterrupt"
 
 

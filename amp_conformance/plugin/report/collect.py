@@ -21,6 +21,7 @@ import torch
 
 from amp_conformance.core import devices
 from amp_conformance.plugin import verdict
+from amp_conformance.plugin.health import LOST_PROPERTY
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import (
     Accumulator,
@@ -194,17 +195,22 @@ class ReportWriter:
 
     def _report_event(self, report: Any, category: str) -> dict[str, Any]:
         props = dict(getattr(report, "user_properties", ()) or ())
-        return {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
-                "category": category, "message": message_of(report, category),
-                "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
-                "defect": props.get(DEFECT_PROPERTY)}
+        event = {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
+                 "category": category, "message": message_of(report, category),
+                 "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
+                 "defect": props.get(DEFECT_PROPERTY)}
+        if props.get(LOST_PROPERTY):  # the item during which the device was lost (health.py)
+            event["device_lost"] = props[LOST_PROPERTY]
+        return event
 
     # -- the end ---------------------------------------------------------------------
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = verdict.interrupted_by(self.config)
-        self._event({"event": "end", "exitstatus": int(exitstatus), "interrupted_by": interrupted})
+        # session.exitstatus: what the run returns, after health.py's DEVICE_LOST
+        self._event({"event": "end", "exitstatus": int(session.exitstatus),
+                     "interrupted_by": interrupted})
         if self.journal is not None:
             self.journal.close()
         self._write(build_report(self.acc))

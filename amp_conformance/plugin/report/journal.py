@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amp_conformance.checks import registry
+
 SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 #: an item that started but whose teardown never reported: the run stopped inside it
@@ -27,7 +29,9 @@ NOT_APPLICABLE = "not applicable"
 _RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6}
 _MAX_MESSAGE = 4000
 #: run statuses: only "completed" is a verdict
-STATUSES = ("running", "completed", "interrupted", "crashed")
+STATUSES = ("running", "completed", "interrupted", "crashed", "device lost")
+#: the family of results whose item names no check (a collection error)
+OTHER = "other"
 
 
 def journal_path(report: str | Path) -> Path:
@@ -144,6 +148,13 @@ class Accumulator:
         self.collected: int | None = None
         self.deselected = 0
         self.end: dict[str, Any] | None = None
+        #: items that started (never collection errors): the rest of the selection did not run
+        self.started: set[str] = set()
+        #: the device losses reported (plugin/health.py): {nodeid, worker, reason}
+        self.lost: list[dict[str, Any]] = []
+        #: a merged run: the processes that stopped and how (:func:`merge`), and how many ran
+        self.restarts: list[dict[str, Any]] = []
+        self.processes = 1
 
     def feed(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -155,6 +166,7 @@ class Accumulator:
             self.deselected += event.get("count", 0)
         elif kind == "start":
             self.running = event["nodeid"]
+            self.started.add(event["nodeid"])
             self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"]))
         elif kind == "report":
             self._report(event)
@@ -173,6 +185,9 @@ class Accumulator:
                 self.counts["not_applicable"] += 1
         record = self.records.setdefault(event["nodeid"], ItemRecord(event["nodeid"]))
         record.add(event)
+        if event.get("device_lost"):
+            self.lost.append({"nodeid": (event.get("item") or {}).get("nodeid") or event["nodeid"],
+                              **event["device_lost"]})
         if event.get("collection"):  # a collection error or skip: nothing more will come
             record.finished = True
 
@@ -184,10 +199,11 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
     executed = sum(1 for r in finished if r.final_outcome not in ("skipped",))
     if acc.end is not None:
         interrupted = acc.end.get("interrupted_by")
-        status = "interrupted" if interrupted else "completed"
+        status = "device lost" if acc.lost else "interrupted" if interrupted else "completed"
     else:
         status = "crashed" if process_gone else "running"
         interrupted = None
+    first = acc.lost[0] if acc.lost else {}
     return {
         "status": status,
         "exitstatus": acc.end.get("exitstatus") if acc.end else None,
@@ -198,6 +214,12 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "finished": len(finished),
         "executed": executed,
         "unfinished": unfinished[:50],
+        "not_run": max(0, (acc.collected or 0) - len(acc.started)),
+        "lost_after": first.get("nodeid"),
+        "lost_on": first.get("worker"),
+        "lost": acc.lost,
+        "restarts": acc.restarts,
+        "processes": acc.processes,
     }
 
 
@@ -212,36 +234,102 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "run": run_status(acc, process_gone),
         "summary": summary,
         "categories": categories(results),
+        "families": families(results),
         "reference_defects": reference_defects(results),
         "results": results,
     }
 
 
-def rebuild(journal: Path) -> dict[str, Any]:
-    """The report of a run whose process is gone, from its journal alone."""
+def replay(journal: Path) -> Accumulator:
+    """The accumulator of a journal's events."""
     acc = Accumulator()
     for event in read_events(journal):
         acc.feed(event)
-    return build_report(acc, process_gone=True)
+    return acc
 
 
-def categories(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per op-list category: item outcomes, not-applicable skips and the pass rate."""
+def rebuild(journal: Path) -> dict[str, Any]:
+    """The report of a run whose process is gone, from its journal alone."""
+    return build_report(replay(journal), process_gone=True)
+
+
+def _stopped(acc: Accumulator, how: str) -> dict[str, Any]:
+    """How one process of a restarted run stopped; the item it died in counts as failed."""
+    if acc.lost:
+        return {"kind": "device lost", "after": acc.lost[0]["nodeid"],
+                "on": acc.lost[0].get("worker"), "how": acc.lost[0].get("reason")}
+    record = acc.records.get(acc.running or "")
+    if record is None:
+        return {"kind": "crashed", "after": None, "on": None, "how": how}
+    record.outcome, record.finished = "failed", True
+    record.message = (f"the process died during this item ({how}); no later item ran in that "
+                      "process")
+    acc.counts["failed"] += 1
+    return {"kind": "crashed", "after": record.info.get("nodeid") or record.nodeid, "on": None,
+            "how": how}
+
+
+def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[str, Any]:
+    """One report of a run restarted in fresh processes (``python -m amp_conformance run``):
+    ``parts`` are each process's accumulator and how it ended, in order; each later one ran
+    only the items no earlier one had started. The first names the run and its selection,
+    the last how it ended; the items the stopped ones died in count as failed, once.
+    ``settled``: the last one too stopped in its last item, so no item is left to run."""
+    merged = Accumulator()
+    first, last = parts[0][0], parts[-1][0]
+    merged.session, merged.collected, merged.deselected = (
+        first.session, first.collected, first.deselected)
+    merged.processes = len(parts)
+    for acc, how in parts if settled else parts[:-1]:
+        merged.restarts.append(_stopped(acc, how))
+    for acc, _ in parts:
+        for nodeid, record in acc.records.items():
+            merged.records.setdefault(nodeid, record)
+        merged.started |= acc.started
+        merged.counts.update(acc.counts)
+    if settled:
+        merged.end = last.end or {"event": "end", "exitstatus": None, "interrupted_by": None}
+    else:
+        merged.end, merged.lost, merged.running = last.end, last.lost, last.running
+    return build_report(merged, process_gone=merged.end is None)
+
+
+def _tally(results: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """Per value of ``key``: item outcomes, not-applicable skips and the pass rate."""
     table: dict[str, Counter[str]] = {}
     for r in results:
-        if r["category"] is None:
+        name = r[key] if key == "category" else (r[key] or OTHER)
+        if name is None:
             continue
-        counts = table.setdefault(r["category"], Counter())
+        counts = table.setdefault(name, Counter())
         counts[r["outcome"]] += 1
         if r["outcome"] == "skipped" and is_not_applicable(r["message"]):
             counts["not_applicable"] += 1
     out: dict[str, dict[str, Any]] = {}
-    for name in sorted(table):
-        counts = table[name]
+    for name, counts in table.items():
         row: dict[str, Any] = {k: counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
         ran = row["passed"] + row["failed"] + row["error"] + row["xpassed"]
         row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
         out[name] = row
+    return out
+
+
+def categories(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per op-list category: item outcomes, not-applicable skips and the pass rate."""
+    table = _tally(results, "category")
+    return {name: table[name] for name in sorted(table)}
+
+
+def families(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per check family (the item's ``check``, in the registry's order; ``other`` for
+    results of no check): the same counts as a category, and whether the family's items
+    are op-list entries (``per_entry``), so failures outside the op lists show apart."""
+    table = _tally(results, "check")
+    order = {name: i for i, name in enumerate(registry.names())}
+    out = {}
+    for name in sorted(table, key=lambda n: (order.get(n, len(order)), n)):
+        per_entry = name in registry.REGISTRY and registry.REGISTRY[name].per_entry
+        out[name] = {**table[name], "per_entry": per_entry}
     return out
 
 

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import html
 import json
-import re
-from collections import Counter
 from typing import Any
 
 from amp_conformance.checks import registry
+from amp_conformance.plugin.report.banner import (
+    PROBLEMS,
+    headline,
+    outside_problems,
+    partial_note,
+    pass_rate,
+    percent,
+    rate_note,
+    restart_note,
+    run_warning,
+)
+from amp_conformance.plugin.report.journal import families
+
+__all__ = ["render_html", "render_markdown", "run_warning", "headline"]
 
 #: the per-entry checks, in registry order: the op matrix's columns
 OP_CHECKS = registry.names(per_entry=True)
@@ -23,7 +35,7 @@ STYLE = {
     "skipped": ("skip", "s", "skipped"),
     "n/a": ("na", "·", "not applicable"),
 }
-_PROBLEMS = ("failed", "error", "xpassed", "unfinished")
+_PROBLEMS = PROBLEMS
 
 _CSS = """
 :root { --ok:#1a7f37; --ok-bg:#dafbe1; --fail:#cf222e; --fail-bg:#ffebe9; --xfail:#9a6700;
@@ -108,51 +120,6 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def headline(message: str | None) -> str:
-    """The line that says what went wrong: the first, and the next where the first only
-    introduces it ("torch.mm [entry mm, ...] on cpu, autocast dtype torch.bfloat16:")."""
-    text = re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", (message or "").strip())
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
-
-
-def run_warning(data: dict[str, Any]) -> str | None:
-    """What makes this report no verdict, in one sentence: a run that did not complete
-    (interrupted, crashed, still running) or in which no check executed; None otherwise."""
-    run = data.get("run") or {}
-    status = run.get("status", "completed")
-    if status != "completed":
-        how = {"running": "did not finish (the report was never completed: the process died, "
-                          "or is still running)",
-               "crashed": "crashed",
-               "interrupted": f"was interrupted ({run.get('interrupted_by')})"}.get(status, status)
-        where = f"; it stopped in {run['running']}" if run.get("running") else ""
-        return f"INCOMPLETE RUN: the run {how}{where}. This report is not a verdict."
-    if run.get("executed") == 0:
-        return ("NO CHECK EXECUTED: every item was skipped or deselected. This report proves "
-                "nothing about the device.")
-    return None
-
-
-def partial_note(data: dict[str, Any]) -> str | None:
-    """Why this report covers only part of the suite (a selection), or None."""
-    run, options = data.get("run") or {}, data.get("options") or {}
-    why = []
-    if options.get("keyword"):
-        why.append(f"-k {options['keyword']!r}")
-    if options.get("markexpr"):
-        why.append(f"-m {options['markexpr']!r}")
-    if run.get("deselected"):
-        why.append(f"{run['deselected']} items deselected")
-    if options.get("amp_dtypes_requested"):
-        why.append(f"--amp-dtype {', '.join(options['amp_dtypes_requested'])}")
-    return ("PARTIAL RUN: " + "; ".join(why) + ". Only the selected checks are reported.") if why else None
-
-
 def expected_failures(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in data["results"] if r["outcome"] in ("xfailed", "xpassed")]
 
@@ -164,20 +131,11 @@ def state_of(result: dict[str, Any]) -> str:
     return result["outcome"]
 
 
-def pass_rate(counts: dict[str, Any]) -> float | None:
-    ran = sum(counts.get(k, 0) for k in ("passed", "failed", "error", "xpassed"))
-    return counts.get("passed", 0) / ran if ran else None
-
-
 def _rate(rate: float | None) -> str:
     if rate is None:
         return '<span class="muted">—</span>'
     pct = 100 * rate
     return f'<span class="bar"><span style="width:{pct:.1f}%"></span></span>{pct:.1f}%'
-
-
-def _percent(rate: float | None) -> str:
-    return "—" if rate is None else f"{100 * rate:.1f}%"
 
 
 def _rest_of_param(result: dict[str, Any], device: str) -> str:
@@ -245,7 +203,7 @@ def _op_matrix(data: dict[str, Any], failures: _Failures) -> str:
     for category in sorted(rows):
         counts = data.get("categories", {}).get(category, {})
         body.append(f'<tr class="group"><td colspan="{width}">{_e(category)} '
-                    f'<span class="muted">— pass rate {_percent(counts.get("pass_rate"))}</span></td></tr>')
+                    f'<span class="muted">— pass rate {percent(counts.get("pass_rate"))}</span></td></tr>')
         for entry in sorted(rows[category]):
             row_cells = [cells.get((entry, d, c)) for d in dtypes for c in checks]
             problem = any(x is not None and state_of(x) in _PROBLEMS for x in row_cells)
@@ -285,33 +243,35 @@ def _generic_matrix(data: dict[str, Any], failures: _Failures) -> str:
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
-def _category_table(data: dict[str, Any]) -> str:
-    cats = data.get("categories") or {}
-    if not cats:
-        return '<p class="muted">No op-list items in this run.</p>'
-    cols = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "not_applicable")
-    head = "<tr><th>category</th>" + "".join(
-        f"<th>{_e(c.replace('_', ' '))}</th>" for c in cols) + "<th>pass rate</th></tr>"
+_COUNT_COLUMNS = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "not_applicable")
+
+
+def _count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str) -> str:
+    """Counts per outcome and the pass rate, one row per category or check family."""
+    if not rows:
+        return f'<p class="muted">{_e(empty)}</p>'
+    head = f"<tr><th>{_e(kind)}</th>" + "".join(
+        f"<th>{_e(c.replace('_', ' '))}</th>" for c in _COUNT_COLUMNS) + "<th>pass rate</th></tr>"
     body = "".join(
-        f"<tr><td>{_e(name)}</td>" + "".join(f'<td class="num">{row.get(c, 0)}</td>' for c in cols)
-        + f"<td>{_rate(row.get('pass_rate'))}</td></tr>" for name, row in cats.items())
-    checks: dict[str, Counter[str]] = {}
-    for r in data["results"]:
-        if r.get("category") is None:
-            checks.setdefault(r.get("check") or "—", Counter())[r["outcome"]] += 1
-            if state_of(r) == "n/a":
-                checks[r.get("check") or "—"]["not_applicable"] += 1
-    body += "".join(
-        f'<tr><td><span class="muted">check</span> {_e(name)}</td>'
-        + "".join(f'<td class="num">{row.get(c, 0)}</td>' for c in cols)
-        + f"<td>{_rate(pass_rate(row))}</td></tr>" for name, row in sorted(checks.items()))
+        f"<tr><td>{_e(name)}</td>" + "".join(
+            f'<td class="{"num fail" if c in ("failed", "error") and row.get(c) else "num"}">'
+            f"{row.get(c, 0)}</td>" for c in _COUNT_COLUMNS)
+        + f"<td>{_rate(row.get('pass_rate'))}</td></tr>" for name, row in rows.items())
     return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
 
 
+def family_rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The report's per-family counts (computed from the results for an older report)."""
+    return data.get("families") or families(data.get("results") or [])
+
+
 def _cards(data: dict[str, Any]) -> str:
-    s = data["summary"]
+    s, run = data["summary"], data.get("run") or {}
     total = sum(s.get(k, 0) for k in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"))
-    rate = pass_rate(s)
+    rate = None if run.get("not_run") else pass_rate(s)
+    outside, _ = outside_problems(data)
+    label = (f"pass rate ({run['not_run']} items not run)" if run.get("not_run")
+             else f"pass rate ({outside} failures outside the op lists)" if outside else "pass rate")
     cards = [
         ("", total, "results"),
         ("ok", s.get("passed", 0), "passed"),
@@ -320,16 +280,21 @@ def _cards(data: dict[str, Any]) -> str:
         ("xfail", s.get("xfailed", 0), "expected failures"),
         ("xpass", s.get("xpassed", 0), "unexpected passes"),
         ("skip", s.get("skipped", 0), f"skipped ({s.get('not_applicable', 0)} not applicable)"),
-        ("ok" if rate == 1 else "fail", _percent(rate), "pass rate"),
+        *([("fail", run["not_run"], "not run")] if run.get("not_run") else []),
+        ("ok" if rate == 1 and not outside else "fail", percent(rate), label),
     ]
     return '<div class="cards">' + "".join(
         f'<div class="card {css}"><div class="n">{_e(n)}</div><div class="l">{_e(label)}</div></div>'
         for css, n, label in cards) + "</div>"
 
 
+def notes(data: dict[str, Any]) -> list[str]:
+    """The banner lines, most serious first: no verdict, restarted, partial."""
+    return [n for n in (run_warning(data), restart_note(data), partial_note(data)) if n]
+
+
 def _banner(data: dict[str, Any]) -> str:
-    notes = [n for n in (run_warning(data), partial_note(data)) if n]
-    return "".join(f'<p class="banner fail"><strong>{_e(n)}</strong></p>' for n in notes)
+    return "".join(f'<p class="banner fail"><strong>{_e(n)}</strong></p>' for n in notes(data))
 
 
 def _xfail_list(data: dict[str, Any]) -> str:
@@ -414,8 +379,10 @@ def render_html(data: dict[str, Any]) -> str:
 <main>
 {_banner(data)}
 {_cards(data)}
-<h2 id="categories">By category</h2>
-{_category_table(data)}
+<h2 id="families">By check family</h2>
+{_count_table("family", family_rows(data), "No items in this run.")}
+<h2 id="categories">By op-list category</h2>
+{_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
 <h2 id="oplists">Op lists: op × autocast dtype × check</h2>
 {_legend()}
 {controls}
@@ -436,46 +403,46 @@ def render_html(data: dict[str, Any]) -> str:
 """
 
 
+def _md_table(kind: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [f"| {kind} | passed | failed | errors | xfailed | skipped | pass rate |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {row['passed']} | {row['failed']} | {row['error']} | {row['xfailed']} | "
+              f"{row['skipped']} | {percent(row['pass_rate'])} |" for name, row in rows.items()]
+    return [*lines, ""]
+
+
+def _md_list(title: str, rows: list[dict[str, Any]], limit: int) -> list[str]:
+    if not rows:
+        return []
+    lines = [f"### {title} ({len(rows)})", ""]
+    lines += [f"- `{r['nodeid']}` ({r['outcome']}): {headline(r.get('message'))}" for r in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"- … and {len(rows) - limit} more (see the HTML report)")
+    return [*lines, ""]
+
+
 def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
     s = data["summary"]
     mode = " (fake)" if data.get("fake") else ""
     lines = [
         f"## Autocast conformance: {data.get('device')}{mode}, torch {data.get('torch')}",
         "",
-        *([f"> **{run_warning(data)}**", ""] if run_warning(data) else []),
-        *([f"> **{partial_note(data)}**", ""] if partial_note(data) else []),
+        *[line for note in notes(data) for line in (f"> **{note}**", "")],
         f"**{s.get('passed', 0)} passed**, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
         f"{s.get('xfailed', 0)} expected failures, {s.get('xpassed', 0)} unexpected passes, "
         f"{s.get('skipped', 0)} skipped ({s.get('not_applicable', 0)} not applicable) — "
-        f"pass rate **{_percent(pass_rate(s))}**",
+        f"{rate_note(data)}",
         "",
         f"Autocast dtypes {', '.join(data.get('amp_dtypes') or []) or '—'}, numerics "
         f"{data.get('numerics')}, Python {data.get('python')}.",
         "",
+        *_md_table("check family", family_rows(data)),
+        *_md_table("op-list category", data.get("categories") or {}),
+        *_md_list("Failures", [r for r in data["results"] if state_of(r) in _PROBLEMS], max_failures),
+        *_md_list("Expected failures", expected_failures(data), max_failures),
     ]
-    cats = data.get("categories") or {}
-    if cats:
-        lines += ["| category | passed | failed | xfailed | skipped | pass rate |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        for name, row in cats.items():
-            lines.append(f"| {name} | {row['passed']} | {row['failed'] + row['error']} | "
-                         f"{row['xfailed']} | {row['skipped']} | {_percent(row['pass_rate'])} |")
-        lines.append("")
-    problems = [r for r in data["results"] if state_of(r) in _PROBLEMS]
-    if problems:
-        lines.append(f"### Failures ({len(problems)})")
-        lines.append("")
-        for r in problems[:max_failures]:
-            lines.append(f"- `{r['nodeid']}` ({r['outcome']}): {headline(r.get('message'))}")
-        if len(problems) > max_failures:
-            lines.append(f"- … and {len(problems) - max_failures} more (see the HTML report)")
-        lines.append("")
-    xfails = expected_failures(data)
-    if xfails:
-        lines += [f"### Expected failures ({len(xfails)})", ""]
-        lines += [f"- `{r['nodeid']}` ({r['outcome']}): {headline(r.get('message'))}"
-                  for r in xfails[:max_failures]]
-        lines.append("")
     defects = _defect_lines(data)
     if defects:
         lines += [f"### Reference defects: PyTorch's own ({len(defects)})", ""]

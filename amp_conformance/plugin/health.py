@@ -1,0 +1,297 @@
+"""A lost device is named once and never blamed on later items.
+
+A device-side assert leaves a CUDA context unusable: every later item of the process then
+fails with the same error, and a report would count them all as the device's failures.
+So, after each conformance item that ran, the process that runs the items checks the
+device: the backend's probe (``pytest_amp_conformance_device_health``), or for a real
+non-CPU device a synchronize and a tiny op; nothing on CPU or with ``--fake`` unless a
+backend declares a probe. When the device is lost, the item that lost it fails saying so,
+the session (an xdist worker: that worker) stops at once, the run exits with
+:data:`DEVICE_LOST` and the report counts the items left as not run.
+
+``--amp-resume PATH`` deselects the items an earlier process ran:
+``python -m amp_conformance run`` restarts a run in a fresh process with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from amp_conformance.core.errors import describe_error
+from amp_conformance.plugin import vendor
+from amp_conformance.plugin.report.banner import headline
+from amp_conformance.plugin.session_settings import settings
+
+#: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
+DEVICE_LOST = 6
+#: the user property of the report of the item during which the device was lost
+LOST_PROPERTY = "amp_device_lost"
+#: how the stop message starts (pytest's Failed, an xdist controller's Interrupted)
+STOP = "amp-conformance: DEVICE LOST"
+HOOK = "pytest_amp_conformance_device_health"
+#: what a lost device says, besides the backend's own words
+WORDS = ("AcceleratorError", "device-side assert", "CUDA error", "illegal memory access",
+         "sticky")
+_LOST = pytest.StashKey[list]()
+
+
+@dataclass
+class Health:
+    """How this process tells that its device is lost."""
+
+    probe: Callable[[], None] | None
+    patterns: tuple[re.Pattern[str], ...]
+
+    def loss(self, failure: str | None) -> str | None:
+        """Why the device counts as lost after an item that failed with ``failure``
+        (``TypeName: message``, or None), or None while it is usable."""
+        if self.probe is None:
+            said = bool(failure) and any(p.search(failure) for p in self.patterns)
+            return f"the item raised {headline(failure)[:300]}" if said else None
+        try:
+            self.probe()
+        except Exception as exc:  # noqa: BLE001 - whatever the probe raises, the device is gone
+            raised = f"; the item raised {headline(failure)[:300]}" if failure else ""
+            return f"the device health probe raised {describe_error(exc, 300)}{raised}"
+        return None
+
+
+def _usage(where: str, problem: str) -> pytest.UsageError:
+    return pytest.UsageError(f"amp-conformance: {where}: {problem}")
+
+
+def declared(config: pytest.Config, device: str) -> tuple[list[Callable[[], None]], list[str]]:
+    """The probes and lost-device patterns the backend's hooks declare (a usage error
+    names the hook implementation whose result is malformed)."""
+    try:
+        results = vendor.hook_results(config, HOOK, device)
+    except vendor.DeclarationError as exc:
+        raise pytest.UsageError(f"amp-conformance: {exc}") from None
+    probes: list[Callable[[], None]] = []
+    patterns: list[str] = []
+    for where, result in results:
+        if callable(result):
+            result = {"probe": result}
+        if not isinstance(result, Mapping) or set(result) - {"probe", "patterns"}:
+            raise _usage(where, f"returned {result!r:.80}; expected a probe (a callable) or a "
+                                "dict with the keys probe and patterns")
+        probe, words = result.get("probe"), result.get("patterns") or []
+        if probe is not None and not callable(probe):
+            raise _usage(where, f"the probe is {type(probe).__name__}, not callable")
+        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+            raise _usage(where, f"patterns must be a list of regular expressions, not {words!r:.80}")
+        for word in words:
+            try:
+                re.compile(word)
+            except re.error as exc:
+                raise _usage(where, f"pattern {word!r}: {exc}") from None
+        probes += [probe] if probe is not None else []
+        patterns += words
+    return probes, patterns
+
+
+def _works(fn: Callable[[], Any]) -> bool:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - a step the backend does not support is left out
+        return False
+    return True
+
+
+def default_probe(device: str) -> Callable[[], None] | None:
+    """A synchronize (``torch.accelerator``'s, else the device module's) and a tiny op on
+    ``device``, each kept only if it works now, before any item ran; None if nothing does."""
+    module = getattr(torch, device, None)
+    syncs = [getattr(module, "synchronize", None)]
+    if torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == device:
+        syncs.insert(0, torch.accelerator.synchronize)
+    sync = next((s for s in syncs if callable(s) and _works(s)), None)
+
+    def tiny() -> None:
+        (torch.ones(1, device=device) + 1).cpu()
+
+    if not _works(tiny):
+        return None
+
+    def probe() -> None:
+        if sync is not None:
+            sync()
+        tiny()
+
+    return probe
+
+
+def _all(probes: list[Callable[[], None]]) -> Callable[[], None]:
+    def probe() -> None:
+        for each in probes:
+            each()
+
+    return probe
+
+
+def wanted(config: pytest.Config) -> tuple[str, list[Callable[[], None]], tuple[re.Pattern[str], ...]] | None:
+    """(device, declared probes, lost-device patterns) of a run whose device can be lost, or
+    None (``--fake``; CPU without a declared probe or patterns). Touches no device."""
+    s = settings(config)
+    if s.fake:
+        return None
+    probes, words = declared(config, s.device)
+    if s.device == "cpu" and not (probes or words):
+        return None
+    return s.device, probes, tuple(re.compile(w, re.IGNORECASE) for w in (*WORDS, *words))
+
+
+def start(device: str, probes: list[Callable[[], None]], patterns: tuple[re.Pattern[str], ...]
+          ) -> Health:
+    """The health check of the process that runs the items, its probe tried once before any
+    item ran: a declared probe that fails then is a usage error; of the default one, what
+    works is kept (nothing: the patterns alone decide)."""
+    if not probes:
+        return Health(default_probe(device), patterns)
+    probe = _all(probes)
+    try:
+        probe()
+    except Exception as exc:  # noqa: BLE001 - a vendor probe may raise anything
+        raise pytest.UsageError(f"amp-conformance: hook {HOOK}: the probe fails before any "
+                                f"item ran: {describe_error(exc)}") from None
+    return Health(probe, patterns)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
+
+
+def lost(config: pytest.Config) -> list[dict[str, Any]]:
+    """The device losses this session saw: ``{nodeid, worker, reason}`` each."""
+    return config.stash.get(_LOST, [])
+
+
+def is_loss_stop(exc: BaseException) -> bool:
+    """Whether an interruption is a session stopped for a lost device."""
+    return str(exc).startswith(STOP)
+
+
+WATCH, OBSERVER = "amp-conformance-health-watch", "amp-conformance-health"
+
+
+def _observe(config: pytest.Config) -> Observer:
+    config.stash[_LOST] = []
+    observer = Observer(config)
+    config.pluginmanager.register(observer, OBSERVER)
+    return observer
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # the xdist controller runs no item: it only hears of the losses
+    if _is_xdist_controller(session.config) and wanted(session.config) is not None:
+        _observe(session.config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if _is_xdist_controller(config) or config.option.collectonly:
+        return
+    found = wanted(config)
+    if found is None or not any(i.get_closest_marker("amp_check") for i in session.items):
+        return
+    config.pluginmanager.register(Watch(start(*found)), WATCH)
+    if not hasattr(config, "workerinput"):
+        _observe(config).selected = len(session.items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    path = config.getoption("amp_resume", None)
+    if not path:
+        return
+    try:
+        done = set(Path(path).read_text(encoding="utf-8").splitlines())
+    except OSError as exc:
+        raise pytest.UsageError(f"amp-conformance: --amp-resume {path}: {exc.strerror or exc}"
+                                ) from None
+    kept = [item for item in items if item.nodeid not in done]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
+        items[:] = kept
+
+
+def _failure(call: pytest.CallInfo) -> str | None:
+    excinfo = call.excinfo
+    return None if excinfo is None else f"{excinfo.typename}: {excinfo.value}"
+
+
+class Watch:
+    """Registered where the items run: checks the device after each conformance item."""
+
+    def __init__(self, health: Health):
+        self.health = health
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        ran = report.when == "call" or (report.when == "setup" and report.failed)
+        if ran and item.get_closest_marker("amp_check") is not None:
+            reason = self.health.loss(_failure(call))
+            if reason is not None:
+                self._lost(item, report, reason)
+        return report
+
+    def _lost(self, item: pytest.Item, report: pytest.TestReport, reason: str) -> None:
+        worker = getattr(item.config, "workerinput", {}).get("workerid")
+        before = f"\n\n{report.longreprtext}" if report.failed else ""
+        report.outcome = "failed"
+        if hasattr(report, "wasxfail"):
+            del report.wasxfail
+        report.longrepr = (
+            f"DEVICE LOST during this item: {reason}\nThe device is unusable for the rest of "
+            "this process: the run stops here and the items after it are not run (python -m "
+            f"amp_conformance run runs them in a fresh process).{before}")
+        report.user_properties.append((LOST_PROPERTY, {"worker": worker, "reason": reason}))
+        on = f" on {worker}" if worker else ""
+        item.session.shouldfail = (f"{STOP} during {item.nodeid}{on}: the run stops "
+                                   f"(exit status {DEVICE_LOST})")
+
+
+class Observer:
+    """Registered where the session's reports arrive (the xdist controller included):
+    records the losses, sets the exit status and says how many items were not run."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.selected: int | None = None
+        self.started = 0
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.selected is None:
+            self.selected = len(ids)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.started += 1
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == LOST_PROPERTY:
+                lost(self.config).append({"nodeid": report.nodeid, **value})
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if lost(self.config):
+            session.exitstatus = DEVICE_LOST
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for loss in lost(self.config):
+            on = f" on {loss['worker']}" if loss.get("worker") else ""
+            not_run = max(0, (self.selected or 0) - self.started)
+            terminalreporter.write_sep(
+                "!", f"{STOP} after {loss['nodeid']}{on}: {not_run} items not run "
+                     f"(exit status {DEVICE_LOST}; {loss['reason']})", red=True, bold=True)

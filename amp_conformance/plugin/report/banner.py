@@ -1,0 +1,112 @@
+"""What a report says in words before any table: whether it is a verdict at all (a run
+that stopped, lost its device, or executed nothing), what was restarted, what part of the
+suite it covers, and a score line that never reads as a bare pass rate when items were not
+run or failures lie outside the op lists. Shared by the HTML and Markdown renderings and by
+``python -m amp_conformance run``; pure functions of the report's data."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+#: outcomes that count against the device (failed, error, strict xpass, never finished)
+PROBLEMS = ("failed", "error", "xpassed", "unfinished")
+
+
+def headline(message: str | None) -> str:
+    """The line that says what went wrong: the first, and the next where the first only
+    introduces it ("torch.mm [entry mm, ...] on cpu, autocast dtype torch.bfloat16:")."""
+    text = re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", (message or "").strip())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
+def _where(nodeid: str | None, worker: str | None) -> str:
+    return f"{nodeid}{f' on {worker}' if worker else ''}"
+
+
+def run_warning(data: dict[str, Any]) -> str | None:
+    """What makes this report no verdict, in one sentence: a device lost during the run, a
+    run that did not complete (interrupted, crashed, still running) or in which no check
+    executed; None otherwise."""
+    run = data.get("run") or {}
+    status = run.get("status", "completed")
+    if status == "device lost":
+        return (f"DEVICE LOST after {_where(run.get('lost_after'), run.get('lost_on'))}: "
+                f"{run.get('not_run', 0)} items not run. The device was unusable after that item, "
+                "so this report is no verdict (python -m amp_conformance run runs the rest in a "
+                "fresh process).")
+    if status != "completed":
+        how = {"running": "did not finish (the report was never completed: the process died, "
+                          "or is still running)",
+               "crashed": "crashed",
+               "interrupted": f"was interrupted ({run.get('interrupted_by')})"}.get(status, status)
+        where = f"; it stopped in {run['running']}" if run.get("running") else ""
+        return f"INCOMPLETE RUN: the run {how}{where}. This report is not a verdict."
+    if run.get("executed") == 0:
+        return ("NO CHECK EXECUTED: every item was skipped or deselected. This report proves "
+                "nothing about the device.")
+    return None
+
+
+def restart_note(data: dict[str, Any]) -> str | None:
+    """How a supervised run went on after a process lost its device or died, or None."""
+    run = data.get("run") or {}
+    restarts = run.get("restarts") or []
+    if not restarts:
+        return None
+    stops = "; ".join(
+        f"DEVICE LOST after {_where(r.get('after'), r.get('on'))}" if r.get("kind") == "device lost"
+        else f"CRASHED in {_where(r.get('after'), r.get('on'))} ({r.get('how')})" for r in restarts)
+    which = "that item" if len(restarts) == 1 else "each of those items"
+    return (f"{stops}: {which} failed, once, and every other item ran in a sound process "
+            f"({run.get('processes', len(restarts) + 1)} processes).")
+
+
+def partial_note(data: dict[str, Any]) -> str | None:
+    """Why this report covers only part of the suite (a selection), or None."""
+    run, options = data.get("run") or {}, data.get("options") or {}
+    why = []
+    if options.get("keyword"):
+        why.append(f"-k {options['keyword']!r}")
+    if options.get("markexpr"):
+        why.append(f"-m {options['markexpr']!r}")
+    if run.get("deselected"):
+        why.append(f"{run['deselected']} items deselected")
+    if options.get("amp_dtypes_requested"):
+        why.append(f"--amp-dtype {', '.join(options['amp_dtypes_requested'])}")
+    return ("PARTIAL RUN: " + "; ".join(why) + ". Only the selected checks are reported.") if why else None
+
+
+def pass_rate(counts: dict[str, Any]) -> float | None:
+    ran = sum(counts.get(k, 0) for k in ("passed", "failed", "error", "xpassed"))
+    return counts.get("passed", 0) / ran if ran else None
+
+
+def percent(rate: float | None) -> str:
+    return "—" if rate is None else f"{100 * rate:.1f}%"
+
+
+def outside_problems(data: dict[str, Any]) -> tuple[int, str]:
+    """(count, "73 in compile_regions, 2 in threads") of the problems of items outside the
+    op lists (device-generic check families), which the category table does not show."""
+    found = Counter(r.get("check") or "other" for r in data.get("results") or []
+                    if r.get("category") is None and r.get("outcome") in PROBLEMS)
+    return sum(found.values()), ", ".join(f"{n} in {name}" for name, n in found.most_common())
+
+
+def rate_note(data: dict[str, Any]) -> str:
+    """The pass rate as the summary may show it: none where items were not run, and the
+    failures outside the op lists named beside it."""
+    not_run = (data.get("run") or {}).get("not_run") or 0
+    text = (f"no pass rate: {not_run} items not run" if not_run
+            else f"pass rate **{percent(pass_rate(data['summary']))}**")
+    count, detail = outside_problems(data)
+    if count:
+        text += f"; **{count} failures outside the op lists** ({detail})"
+    return text

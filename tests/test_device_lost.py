@@ -1,0 +1,237 @@
+"""A lost device is named once and never blamed on later items (plugin/health.py), and the
+report tells check families apart.
+
+``tests/faults/amp_fault.py`` with ``AMP_FAULT=lost``: the first call of the AutocastCPU
+``mm`` kernel "loses the device"; every later call, and the probe that
+``tests/faults/amp_fault_health.py`` declares through ``pytest_amp_conformance_device_health``,
+raises "FAULT: device lost (sticky)", as a CUDA context does after a device-side assert. Of
+the items selected, test_policy[cpu-bfloat16-torch_16-mm] (an early one) is the only one that
+calls the kernel: without the health check every later item of its process would be at the
+device's mercy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amp_conformance.plugin import health
+from amp_conformance.plugin.report import journal, render
+from amp_conformance.tools import run as supervised
+
+FAULTS = Path(__file__).parent / "faults"
+SELECT = ["--pyargs", "amp_conformance.suite.test_oplist", "--device", "cpu",
+          "--backend-module", "amp_fault", "-p", "amp_fault_health", "-p", "no:cacheprovider",
+          "-q", "-k", "bfloat16 and torch_16 and (test_policy or test_outside)"]
+POISON = "test_policy[cpu-bfloat16-torch_16-mm]"
+LOST = "DEVICE LOST during this item: the device health probe raised RuntimeError: FAULT: device lost"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, AMP_FAULT="lost")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAULTS), env.get("PYTHONPATH")]))
+    return env
+
+
+def _pytest(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", *SELECT, f"--conformance-report={report}",
+                           *extra], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    return proc, json.loads(report.read_text())
+
+
+def _supervised(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run", f"--report={report}",
+                           "--", *SELECT, *extra], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    return proc, json.loads(report.read_text())
+
+
+def _outcomes(data: dict) -> dict[str, str]:
+    return {r["nodeid"].split("::")[-1]: r["outcome"] for r in data["results"]}
+
+
+def _banner(path: Path) -> str:
+    """The first line of a Markdown report after its title."""
+    return path.read_text(encoding="utf-8").splitlines()[2]
+
+
+def _assert_stopped_at_the_poison(data: dict, worker: bool) -> None:
+    """The report of the one process that lost its device: the poisoning item failed once
+    saying so, every other result passed, the items it never ran counted as not run."""
+    run = data["run"]
+    assert run["status"] == "device lost" and run["exitstatus"] == health.DEVICE_LOST
+    assert run["lost_after"].endswith(POISON) and len(run["lost"]) == 1
+    assert run["lost_on"].startswith("gw") if worker else run["lost_on"] is None
+    assert run["not_run"] > 0 and len(data["results"]) + run["not_run"] == run["collected"]
+    poisoned = [r for r in data["results"] if r["nodeid"].endswith(POISON)]
+    assert len(poisoned) == 1 and poisoned[0]["outcome"] == "failed"
+    assert poisoned[0]["message"].startswith(LOST), poisoned[0]["message"]
+    assert set(_outcomes(data).values()) == {"failed", "passed"}
+    assert data["summary"]["failed"] == 1
+
+
+def test_plain_serial_run_stops_where_the_device_was_lost(tmp_path):
+    proc, data = _pytest(tmp_path)
+    assert proc.returncode == health.DEVICE_LOST, proc.stdout + proc.stderr
+    _assert_stopped_at_the_poison(data, worker=False)
+    before = [n for n, o in _outcomes(data).items() if n != POISON]
+    assert before and all(n.startswith("test_policy") for n in before)  # collected before it
+    banner = _banner(tmp_path / "r.md")
+    assert banner.startswith(f"> **DEVICE LOST after {data['run']['lost_after']}: "
+                             f"{data['run']['not_run']} items not run."), banner
+    assert f"no pass rate: {data['run']['not_run']} items not run" in (tmp_path / "r.md").read_text()
+    assert '<p class="banner fail"><strong>DEVICE LOST after' in (tmp_path / "r.html").read_text()
+    assert f"DEVICE LOST after ::{POISON}" in proc.stdout.replace("suite/test_oplist.py", "")
+
+
+def test_supervised_serial_run_goes_on_in_a_fresh_process(tmp_path):
+    proc, data = _supervised(tmp_path)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert last.startswith("amp-conformance run: completed, exit status 1: DEVICE LOST after "), last
+    _assert_stopped_at_the_poison(json.loads((tmp_path / "r.1.json").read_text()), worker=False)
+    run = data["run"]
+    assert run["status"] == "completed" and run["exitstatus"] == 1 and run["processes"] == 2
+    assert run["not_run"] == 0 and len(data["results"]) == run["collected"]
+    assert [r["kind"] for r in run["restarts"]] == ["device lost"]
+    outcomes = _outcomes(data)
+    assert outcomes.pop(POISON) == "failed" and set(outcomes.values()) == {"passed"}
+    assert _banner(tmp_path / "r.md").startswith(
+        f"> **DEVICE LOST after {run['restarts'][0]['after']}: that item failed, once, and every "
+        "other item ran in a sound process (2 processes).")
+
+
+def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path):
+    """The first process is a plain ``pytest -n 2`` run: the worker that lost its device
+    stops, the other's verdicts stand, what the first never ran is not run; the second
+    process runs exactly those."""
+    proc, data = _supervised(tmp_path, "-n", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    first = json.loads((tmp_path / "r.1.json").read_text())
+    _assert_stopped_at_the_poison(first, worker=True)
+    lost = first["run"]
+    assert _banner(tmp_path / "r.1.md").startswith(
+        f"> **DEVICE LOST after {lost['lost_after']} on {lost['lost_on']}: "
+        f"{lost['not_run']} items not run."), _banner(tmp_path / "r.1.md")
+    run = data["run"]
+    assert run["status"] == "completed" and run["restarts"][0]["on"] == lost["lost_on"]
+    assert len(data["results"]) == run["collected"] == lost["collected"]
+    outcomes = _outcomes(data)
+    assert outcomes.pop(POISON) == "failed" and set(outcomes.values()) == {"passed"}
+    second = json.loads((tmp_path / "r.2.json").read_text())
+    assert len(second["results"]) == lost["not_run"]
+
+
+# -- in process: a healthy device, CPU without a probe, a malformed hook ------------------
+
+
+class _Spy:
+    """Reads, at the session's end, whether the health watch was on and the probe count."""
+
+    probes: int | None = None
+    watching = False
+
+    def pytest_sessionfinish(self, session):
+        plugins = session.config.pluginmanager
+        self.watching = [name for name in (health.WATCH, health.OBSERVER)
+                         if plugins.get_plugin(name) is not None]
+        fault = sys.modules.get("amp_fault")
+        self.probes = fault._STATE["probes"] if fault is not None else None
+
+
+def test_a_healthy_device_is_probed_and_never_lost(pytester, monkeypatch, tmp_path):
+    monkeypatch.delenv("AMP_FAULT", raising=False)  # amp_fault registers no kernel
+    monkeypatch.syspath_prepend(str(FAULTS))
+    spy = _Spy()
+    result = pytester.runpytest(*SELECT, f"--conformance-report={tmp_path / 'r.json'}",
+                                plugins=[spy])
+    assert result.ret == 0, result.stdout.str()
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert len(spy.watching) == 2 and spy.probes == 1 + data["run"]["executed"]  # start, items
+    assert data["run"]["status"] == "completed" and data["run"]["lost"] == []
+    assert "DEVICE LOST" not in result.stdout.str()
+
+
+def test_cpu_without_a_declared_probe_is_not_watched(pytester):
+    """Nothing per item: the check costs a plain CPU run nothing."""
+    spy = _Spy()
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_oplist", "-q",
+                                "-k", "test_policy and bfloat16 and torch_16-mm", plugins=[spy])
+    assert result.ret == 0 and spy.watching == []
+
+
+def test_a_fake_device_is_not_watched(pytester, absent_device):
+    """--fake runs the policy without the hardware: there is no device to lose."""
+    spy = _Spy()
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_oplist", "-q", "--fake",
+                                "--device", absent_device, "-k", "test_policy and torch_16-mm",
+                                plugins=[spy])
+    assert result.ret == 0, result.stdout.str()
+    assert spy.watching == []
+
+
+def test_a_malformed_health_hook_is_a_usage_error(pytester):
+    pytester.makeconftest("def pytest_amp_conformance_device_health(config, device):\n"
+                          "    return {'probe': 42}\n")
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_oplist", "-q",
+                                "-k", "test_policy and bfloat16 and torch_16-mm")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "the probe is int, not callable" in result.stderr.str()
+
+
+# -- the decision, and the report's words -------------------------------------------------
+
+
+def _gone() -> None:
+    raise RuntimeError("gone")
+
+
+def test_the_probe_decides_and_words_decide_only_without_one():
+    words = health.Health(None, tuple(re.compile(w, re.IGNORECASE) for w in health.WORDS))
+    assert words.loss("AcceleratorError: CUDA error: device-side assert triggered")
+    assert words.loss("ValueError: a wrong dtype") is None and words.loss(None) is None
+    assert health.Health(lambda: None, words.patterns).loss("AcceleratorError: CUDA error") is None
+    reason = health.Health(_gone, ()).loss("ValueError: x")
+    assert reason == "the device health probe raised RuntimeError: gone; the item raised ValueError: x"
+
+
+def _result(check: str, outcome: str, category: str | None = None) -> dict:
+    return {"nodeid": f"t.py::test_{check}[{outcome}]", "check": check, "category": category,
+            "outcome": outcome, "message": None, "amp_dtype": None, "entry": None, "op": None,
+            "test": f"test_{check}", "param": outcome, "observed": None, "defect": None}
+
+
+def test_failures_outside_the_op_lists_never_read_as_a_bare_pass_rate():
+    results = [_result("policy", "passed", "torch_16")] * 9 + [
+        _result("compile_regions", "failed"), _result("compile_regions", "passed")]
+    summary = dict.fromkeys((*journal.OUTCOMES, "not_applicable", "unfinished"), 0)
+    summary.update(passed=10, failed=1)
+    data = {"device": "cpu", "summary": summary, "results": results,
+            "categories": journal.categories(results), "families": journal.families(results),
+            "run": {"status": "completed", "executed": 11, "not_run": 0}}
+    assert list(data["families"]) == ["policy", "compile_regions"]
+    assert data["families"]["compile_regions"]["failed"] == 1
+    assert data["families"]["policy"]["per_entry"] is True
+    md = render.render_markdown(data)
+    assert "pass rate **90.9%**; **1 failures outside the op lists** (1 in compile_regions)" in md
+    assert "| check family | passed |" in md and "| compile_regions | 1 | 1 | 0 |" in md
+    html = render.render_html(data)
+    assert 'id="families"' in html and "1 failures outside the op lists" in html
+
+
+def test_supervised_verdict_of_a_device_lost_with_no_restart_left():
+    data = {"run": {"status": "device lost", "lost_after": "s.py::test_x[mm]", "lost_on": "gw3",
+                    "not_run": 7, "executed": 4}}
+    code, line = supervised.verdict(health.DEVICE_LOST, data)
+    assert code == health.DEVICE_LOST
+    assert line.startswith("amp-conformance run: DEVICE LOST after s.py::test_x[mm] on gw3: 7 items "
+                           "not run."), line
