@@ -289,6 +289,23 @@ def test_compiled_defect_reproduced_only_where_recorded(absent_device):
                               backend="eager", fake=True)) == []
 
 
+@pytest.mark.parametrize("absent_device", [("mps",)], indirect=True)
+@pytest.mark.parametrize("entry_id", ["tensordot", "conv_transpose3d"])
+def test_aot_runtime_ignoring_mps_autocast_is_the_recorded_defect(absent_device, entry_id):
+    """Called inside an MPS region, AOTAutograd runs the already-cast graph with MPS's
+    autocast still on (_is_any_autocast_enabled ignores MPS): the decomposed call's inner op
+    is cast again. CUDA's flag is consulted, so its tensordot agrees with eager."""
+    import dataclasses
+
+    case = _case_of(absent_device, entry_id, fake=True)
+    ((_, value),) = _recorded(case)
+    assert (value["id"], value["status"]) == ("aot-runtime-ignores-mps-autocast", "reproduced")
+    with pytest.raises(ConformanceFailure, match=r"compiled output dtypes \[torch.bfloat16\], "
+                                                 r"eager gave \[torch.float32\]"):
+        per_entry.check_compiled_policy(dataclasses.replace(
+            case, entry=dataclasses.replace(case.entry, compiled_defect=None)))
+
+
 @pytest.mark.parametrize("table, field, message", [
     ('{id = "nope", expect = "amp", backends = ["aot_eager"]}', "compiled_defect.id",
      "unknown defect 'nope'"),
