@@ -1,0 +1,164 @@
+"""How a library declares the autocast wrapper it ships, and what the suite holds it to.
+
+Most people reach autocast through a library's wrapper (open_clip's ``get_autocast``,
+speechbrain's ``TorchAutocast`` and ``fwd_default_precision``, accelerate's and Lightning's
+context managers). A declaration says what the wrapper claims; the wrapper checks
+(``suite/test_wrappers.py``) hold it to that and to autocast's contract. Two kinds:
+
+- :class:`RegionFactory`: something that makes an autocast region from a precision name
+  and a device type (open_clip's ``get_autocast(precision, device_type=...)()``).
+- :class:`ForwardDecorator`: a decorator for a forward function, in the manner of
+  ``torch.amp.custom_fwd(cast_inputs=...)`` (speechbrain's ``fwd_default_precision``).
+
+A declaration is plain data plus callables; :func:`validate` turns a bad one into one
+:class:`DeclarationError` naming the wrapper and the field. Declarations reach a run through
+``--wrapper MODULE:NAME`` (an object, a list of them, or a callable returning either) or
+the hook ``pytest_amp_conformance_wrappers(config)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: what a region factory does for a precision name that means float32, or one it does not know
+NOOP, ERROR, FALLBACK = "noop", "error", "fallback"
+BEHAVIOURS = (NOOP, ERROR, FALLBACK)
+
+
+class DeclarationError(ValueError):
+    """A wrapper declaration that cannot be checked: names the wrapper and the field."""
+
+    def __init__(self, wrapper: str, field_name: str, problem: str):
+        super().__init__(f"wrapper {wrapper!r}: {field_name}: {problem}")
+        self.wrapper, self.field, self.problem = wrapper, field_name, problem
+
+
+@dataclass(frozen=True)
+class RegionFactory:
+    """A wrapper that makes autocast regions.
+
+    Every field names the check that uses it (``suite/test_wrappers.py``).
+    """
+
+    #: the wrapper's name in item ids and the report, e.g. ``open_clip.get_autocast``
+    name: str
+    #: ``make(precision, device_type)`` -> a context manager (a fresh one per call); the
+    #: region checks enter it where they would enter ``torch.autocast``
+    make: Callable[[str, str], AbstractContextManager]
+    #: the device types the wrapper claims to support (items are made for the run's device
+    #: when it is one of them)
+    devices: tuple[str, ...]
+    #: precision name -> the autocast dtype the region must set on every claimed device
+    #: (state, nesting, exception, cache and policy checks run once per name)
+    precisions: Mapping[str, torch.dtype]
+    #: names that mean float32 (no autocast): checked to leave autocast off, or to raise
+    #: when ``float32`` is ``"error"``
+    float32_names: tuple[str, ...] = ()
+    #: what the region does for a float32 name: ``noop`` (autocast off) or ``error``
+    float32: str = NOOP
+    #: a name the wrapper does not know, checked with ``unknown_probe``
+    unknown: str = NOOP
+    #: the dtype a ``fallback`` wrapper falls back to for an unknown name
+    fallback_dtype: torch.dtype | None = None
+    #: the name used to probe ``unknown`` (something no wrapper accepts)
+    unknown_probe: str = "amp_conformance_not_a_precision"
+    #: device -> why the wrapper claims to do nothing there (a no-op by design): the checks
+    #: hold it to leaving autocast off on that device instead of to autocast's state
+    noop_devices: Mapping[str, str] = field(default_factory=dict)
+    #: whether the object ``make`` returns also works as a function decorator (the
+    #: decorator check)
+    decorator: bool = False
+    #: whether the region must clear the cast cache at its outermost exit (the cache check;
+    #: False only for a wrapper that documents otherwise)
+    clears_cache: bool = True
+    #: the library and version checked, for the report and docs/wrappers.md
+    library: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class ForwardDecorator:
+    """A wrapper that decorates a forward function in the manner of ``custom_fwd``."""
+
+    #: the wrapper's name in item ids and the report
+    name: str
+    #: ``decorate(fn)`` -> the decorated forward (called on a plain function taking tensors)
+    decorate: Callable[[Callable[..., Any]], Callable[..., Any]]
+    #: the dtype floating inputs are cast to inside an enabled region on the devices of
+    #: ``casts_on`` (the cast check: every floating input, positional and keyword)
+    cast_dtype: torch.dtype
+    #: the device types where the wrapper claims to cast; elsewhere inputs must pass as they
+    #: are (the no-cast check)
+    casts_on: tuple[str, ...]
+    #: the device types the wrapper claims to support at all
+    devices: tuple[str, ...]
+    #: whether autocast is off inside the decorated forward while it casts (the inside
+    #: check, custom_fwd's behaviour)
+    disables_autocast: bool = True
+    #: extra keywords the decorated forward accepts and consumes, with a value to pass in
+    #: the keyword check (e.g. speechbrain's ``force_allow_autocast``); ``{}``: none
+    extra_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: optional ``decorate_backward(fn)`` for the backward of an autograd.Function whose
+    #: forward is decorated (custom_bwd's role): the backward check requires backward to
+    #: run in the forward's autocast state
+    decorate_backward: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    library: str = ""
+    version: str = ""
+
+
+Wrapper = RegionFactory | ForwardDecorator
+
+
+def _require(ok: bool, wrapper: str, name: str, problem: str) -> None:
+    if not ok:
+        raise DeclarationError(wrapper, name, problem)
+
+
+def _devices(value: Any) -> bool:
+    return isinstance(value, tuple) and bool(value) and all(isinstance(d, str) for d in value)
+
+
+def validate(wrapper: Any) -> Wrapper:
+    """``wrapper`` if it is a well-formed declaration; else DeclarationError naming the field."""
+    if not isinstance(wrapper, (RegionFactory, ForwardDecorator)):
+        raise DeclarationError(repr(wrapper)[:60], "type", "expected a RegionFactory or a "
+                               f"ForwardDecorator, got {type(wrapper).__name__}")
+    name = wrapper.name
+    _require(isinstance(name, str) and bool(name.strip()) and "[" not in name and " " not in name,
+             str(name), "name", "expected a non-empty name without spaces or brackets")
+    _require(_devices(wrapper.devices), name, "devices", "expected a non-empty tuple of "
+             "device types")
+    if isinstance(wrapper, RegionFactory):
+        _require(callable(wrapper.make), name, "make", "expected a callable")
+        _require(isinstance(wrapper.precisions, Mapping) and bool(wrapper.precisions) and all(
+            isinstance(k, str) and v in (torch.float16, torch.bfloat16)
+            for k, v in wrapper.precisions.items()), name, "precisions",
+            "expected {name: torch.float16 or torch.bfloat16}, at least one")
+        _require(wrapper.float32 in (NOOP, ERROR), name, "float32", f"expected {NOOP!r} or "
+                 f"{ERROR!r}, got {wrapper.float32!r}")
+        _require(wrapper.unknown in BEHAVIOURS, name, "unknown",
+                 f"expected one of {', '.join(BEHAVIOURS)}, got {wrapper.unknown!r}")
+        _require(wrapper.unknown != FALLBACK or wrapper.fallback_dtype is not None, name,
+                 "fallback_dtype", "a fallback wrapper must say the dtype it falls back to")
+        _require(isinstance(wrapper.noop_devices, Mapping) and all(
+            isinstance(v, str) and v.strip() for v in wrapper.noop_devices.values()), name,
+            "noop_devices", "expected {device: why it does nothing there}")
+    else:
+        _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
+        _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,
+                                        torch.float64), name, "cast_dtype",
+                 f"expected a floating dtype, got {wrapper.cast_dtype!r}")
+        _require(isinstance(wrapper.casts_on, tuple) and all(
+            d in wrapper.devices for d in wrapper.casts_on), name, "casts_on",
+            "expected a tuple of claimed devices")
+        _require(isinstance(wrapper.extra_kwargs, Mapping) and all(
+            isinstance(k, str) for k in wrapper.extra_kwargs), name, "extra_kwargs",
+            "expected {keyword: value}")
+        _require(wrapper.decorate_backward is None or callable(wrapper.decorate_backward),
+                 name, "decorate_backward", "expected a callable or None")
+    return wrapper
