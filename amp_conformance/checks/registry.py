@@ -191,5 +191,9 @@ register(Check("backward", "gradients through autocast (backward outside the reg
                "every float32 input in its dtype and equal the hand-cast control's",
                per_entry=True, needs_values=True, not_applicable=_backward))
 
+# -- the autocast wrappers libraries ship, opt-in (issue 21; checks/wrappers) ------------
+register(Check("wrappers", "opt-in (--wrapper MODULE:NAME): a library's autocast region "
+               "factory or forward decorator keeps its declaration and autocast's contract"))
+
 if __name__ == "__main__":  # python -m amp_conformance.checks.registry: print the table
     print(markdown(), end="")

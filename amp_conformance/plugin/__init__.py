@@ -7,9 +7,12 @@ device when the run collects the conformance suite.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from amp_conformance.checks.wrappers.declare import ForwardDecorator, RegionFactory
 from amp_conformance.core import dispatch
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
@@ -77,6 +80,33 @@ def pytest_cmdline_main(config: pytest.Config):
     if not (config.option.help or config.option.version):
         settings(config)
     return None
+
+
+#: the wrapper tier's suite module: collected only where a wrapper is declared
+WRAPPER_SUITE = Path(__file__).resolve().parent.parent / "suite" / "test_wrappers.py"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave the wrapper tier out of a run that declares no wrapper (``--wrapper``, the
+    wrappers hook) claiming its device: not one item, not one skip."""
+    if collection_path.name != WRAPPER_SUITE.name or collection_path.resolve() != WRAPPER_SUITE:
+        return None
+    s = settings(config)
+    return True if not any(s.device in w.devices for w in s.wrappers) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
+    """In the wrapper tier, no region (forward) function where no declared region factory
+    (forward decorator) claims the device: no "empty parameter set" skip."""
+    if name not in _WRAPPER_KINDS or getattr(collector, "path", None) != WRAPPER_SUITE:
+        return None
+    s = settings(collector.config)
+    kind = _WRAPPER_KINDS[name]
+    return None if any(isinstance(w, kind) and s.device in w.devices for w in s.wrappers) else []
+
+
+_WRAPPER_KINDS = {"test_wrapper_region": RegionFactory, "test_wrapper_forward": ForwardDecorator}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
@@ -80,6 +81,12 @@ _OPTIONS = {
     ),
     "--amp-hypothesis-profile": dict(dest="amp_hypothesis_profile", default="ci", choices=(
         "ci", "dev", "nightly"), help="Hypothesis profile of the property checks (default: ci)"),
+    "--wrapper": dict(
+        dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
+        help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory or "
+             "ForwardDecorator (amp_conformance.checks.wrappers), a list of them, or a "
+             "callable returning either; repeatable; opt-in (no wrapper item without it)",
+    ),
     "--amp-compile": dict(
         dest="amp_compile", default=None, metavar="BACKEND",
         help="also run every op-list entry's policy check through torch.compile with this "
@@ -130,6 +137,9 @@ class Settings:
     #: ``pytest_amp_conformance_property_forms`` hooks); None: ``strategies.FORMS`` alone
     forms: Mapping[str, Callable[..., tuple]] | None = field(default=None, compare=False,
                                                              repr=False)
+    #: the wrapper declarations of ``--wrapper`` and ``pytest_amp_conformance_wrappers``,
+    #: validated (the wrapper tier, suite/test_wrappers.py; empty: not collected)
+    wrappers: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def target(self) -> Target:

@@ -80,6 +80,14 @@ def item_info(item: pytest.Item) -> dict[str, Any]:
                     entry=case.entry.id, op=case.entry.qualname)
     elif isinstance(params.get("amp_dtype"), torch.dtype):
         info["amp_dtype"] = devices.dtype_name(params["amp_dtype"])
+    wrapper = params.get("amp_wrapper_case")
+    if wrapper is not None:  # the wrapper tier (checks/wrappers): the report's Wrappers section
+        w = wrapper.wrapper
+        info["wrapper"] = {"name": w.name, "kind": wrapper.kind, "library": w.library,
+                           "version": w.version, "check": wrapper.check,
+                           "precision": wrapper.precision}
+        if wrapper.precision is not None:
+            info["amp_dtype"] = devices.dtype_name(wrapper.amp_dtype)
     return info
 
 

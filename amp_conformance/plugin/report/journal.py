@@ -134,6 +134,7 @@ class ItemRecord:
             "message": message,
             "observed": self.observed if self.observed not in ({}, None) else None,
             "defect": self.defect,
+            **({"wrapper": info["wrapper"]} if info.get("wrapper") else {}),
         }
 
 

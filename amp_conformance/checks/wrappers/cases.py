@@ -1,0 +1,111 @@
+"""The items of the wrapper tier: one :class:`WrapperCase` per (wrapper, precision, check).
+
+Ids read ``<device>-<amp dtype>-<wrapper>-<precision>-<check>`` for a region factory's
+per-precision checks (``cpu-bfloat16-open_clip.get_autocast-amp_bf16-state``),
+``<device>-<wrapper>-<check>`` for its once-per-wrapper checks and for a forward
+decorator's. A case that does not apply is generated with the reason it is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from amp_conformance.checks.wrappers.declare import ForwardDecorator, RegionFactory, Wrapper
+from amp_conformance.core import devices
+
+#: a region factory's checks, once per precision name
+REGION_CHECKS = ("state", "restored", "nesting", "decorator", "cache", "policy")
+#: a region factory's checks, once per wrapper
+REGION_ONCE = ("float32", "unknown")
+#: a forward decorator's checks (``casts`` is ``uncast`` on a claimed device it does not cast on)
+FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward")
+
+
+@dataclass(frozen=True)
+class WrapperCase:
+    """One wrapper item: which wrapper, on which device, which check, for which precision."""
+
+    wrapper: Wrapper
+    device: str
+    check: str
+    #: a region precision's declared dtype; for a forward decorator, the dtype of the
+    #: torch.autocast region its forward is called in
+    amp_dtype: torch.dtype
+    precision: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "region" if isinstance(self.wrapper, RegionFactory) else "forward"
+
+    @property
+    def id(self) -> str:
+        if self.precision is None:
+            return f"{self.device}-{self.wrapper.name}-{self.check}"
+        return (f"{self.device}-{devices.dtype_name(self.amp_dtype)}-{self.wrapper.name}-"
+                f"{self.precision}-{self.check}")
+
+
+def claims(wrapper: Wrapper, device: str) -> bool:
+    return device in wrapper.devices
+
+
+def cases(wrappers: Sequence[Wrapper], device: str,
+          run_dtypes: Sequence[torch.dtype]) -> list[WrapperCase]:
+    """Every case of the wrappers that claim ``device`` (none for the others)."""
+    found: list[WrapperCase] = []
+    for w in wrappers:
+        if not claims(w, device):
+            continue
+        if isinstance(w, RegionFactory):
+            for precision, dtype in w.precisions.items():
+                found += [WrapperCase(w, device, c, dtype, precision) for c in REGION_CHECKS]
+            first = next(iter(w.precisions.values()))
+            found += [WrapperCase(w, device, c, first) for c in REGION_ONCE]
+        else:
+            dtype = run_dtypes[0] if run_dtypes else torch.bfloat16
+            found += [WrapperCase(w, device, _forward_check(w, device, c), dtype)
+                      for c in FORWARD_CHECKS]
+    return found
+
+
+def _forward_check(w: ForwardDecorator, device: str, check: str) -> str:
+    return "uncast" if check == "casts" and device not in w.casts_on else check
+
+
+def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: bool,
+                   cast_cache: bool = True) -> str | None:
+    """Why ``case`` does not apply to this run, or None."""
+    if fake:
+        return ("not applicable in --fake mode: a wrapper enters the device's own autocast, "
+                "which needs the device")
+    w = case.wrapper
+    if isinstance(w, ForwardDecorator):
+        return _forward_not_applicable(w, case)
+    noop = w.noop_devices.get(case.device)
+    if case.precision is not None and case.amp_dtype not in run_dtypes:
+        return (f"not applicable: precision {case.precision!r} sets "
+                f"{devices.dtype_name(case.amp_dtype)}, which this run does not check "
+                f"(--amp-dtype or the device's declared dtypes)")
+    if case.check == "decorator" and not w.decorator:
+        return f"not applicable: {w.name} declares decorator=False"
+    if case.check == "cache":
+        if not w.clears_cache:
+            return f"not applicable: {w.name} declares clears_cache=False"
+        if not cast_cache:
+            return f"not applicable: {case.device} declares no cast cache"
+    if case.check in ("cache", "policy") and noop is not None:
+        return f"not applicable: {w.name} declares itself a no-op on {case.device} ({noop})"
+    if case.check == "float32" and not w.float32_names:
+        return f"not applicable: {w.name} declares no float32 name (float32_names is empty)"
+    return None
+
+
+def _forward_not_applicable(w: ForwardDecorator, case: WrapperCase) -> str | None:
+    if case.check == "kwargs" and not w.extra_kwargs:
+        return f"not applicable: {w.name} declares no extra keyword (extra_kwargs is empty)"
+    if case.check == "backward" and w.decorate_backward is None:
+        return f"not applicable: {w.name} declares no decorate_backward"
+    return None

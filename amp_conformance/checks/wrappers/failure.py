@@ -1,0 +1,57 @@
+"""Failure messages of the wrapper checks: the wrapper, the promise it broke, what was seen,
+and a short reproduction to paste (``decl`` standing for the wrapper's declaration)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+import torch
+
+from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.core import devices
+from amp_conformance.core.errors import ConformanceFailure
+
+# the promises, as failure messages name them
+STATE = "sets the declared autocast state inside its region"
+FLOAT32 = "a float32 precision name leaves autocast off"
+FLOAT32_ERROR = "a float32 precision name raises"
+UNKNOWN = "an unknown precision name behaves as declared"
+RESTORED = "restores the autocast state on exit"
+RESTORED_EXCEPTION = "restores the autocast state after an exception"
+NESTING = "restores the outer region's state on exit when nested"
+DECORATOR = "works as a function decorator"
+CACHE = "clears the cast cache at its outermost exit"
+POLICY = "applies autocast's op policy inside its region"
+CASTS = "casts every floating input to its cast_dtype"
+UNCAST = "passes inputs uncast on a device it does not cast on"
+INSIDE = "runs the forward in the autocast state it declares"
+KWARGS = "consumes its extra keywords"
+BACKWARD = "runs backward in the forward's autocast state"
+
+
+def where(case: WrapperCase) -> str:
+    text = f"wrapper {case.wrapper.name}"
+    if case.wrapper.library:
+        text += f" ({case.wrapper.library} {case.wrapper.version})".replace(" )", ")")
+    text += f" on {case.device}"
+    if case.precision is not None:
+        text += f", precision {case.precision!r} ({devices.dtype_name(case.amp_dtype)})"
+    return text
+
+
+def state_of(device: str) -> str:
+    return (f"enabled={torch.is_autocast_enabled(device)}, "
+            f"dtype={devices.dtype_name(torch.get_autocast_dtype(device))}")
+
+
+def fail(case: WrapperCase, promise: str, problems: Sequence[str] | str,
+         reproduce: Sequence[str]) -> NoReturn:
+    """Raise the ConformanceFailure of a broken promise."""
+    problems = [problems] if isinstance(problems, str) else list(problems)
+    kind = "RegionFactory" if case.kind == "region" else "ForwardDecorator"
+    lines = ["import torch", f"decl = ...  # the {kind} named {case.wrapper.name!r}",
+             *reproduce]
+    body = "\n".join(f"  {p}" for p in problems)
+    raise ConformanceFailure(f"{where(case)}: broken promise: {promise}\n{body}\n  reproduce:\n"
+                             + "\n".join(f"    {line}" for line in lines))

@@ -1,0 +1,212 @@
+"""The wrapper tier (issue 21): declarations, their resolution, the checks against the sound
+reference wrappers and the planted broken ones, and a default run without the tier."""
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from amp_conformance.checks.wrappers import DeclarationError, failure, forward, region, validate
+from amp_conformance.checks.wrappers.cases import WrapperCase, cases
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+from amp_conformance.tools.selftest import planted
+from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+SUITE = ("--pyargs", "amp_conformance.suite.test_wrappers")
+PLANTED = "amp_conformance.tools.selftest.planted"
+ID = re.compile(r"(test_wrapper_\w+\[[^\]]+\])")
+REGION, FORWARD = planted.REFERENCE
+
+
+def _ids(lines):
+    return sorted({m.group(1) for line in lines for m in [ID.search(line)] if m})
+
+
+# -- declarations ------------------------------------------------------------------------
+
+BAD_REGION = [("name", "has space"), ("devices", ()), ("devices", ["cpu"]), ("make", None),
+              ("precisions", {}), ("precisions", {"fp32": torch.float32}),
+              ("float32", "fallback"), ("unknown", "ignore"), ("noop_devices", {"cpu": ""})]
+BAD_FORWARD = [("decorate", 3), ("cast_dtype", torch.int64), ("casts_on", ("cuda",)),
+               ("extra_kwargs", {1: True}), ("decorate_backward", "custom_bwd")]
+
+
+@pytest.mark.parametrize("field,value", BAD_REGION + BAD_FORWARD,
+                         ids=[f"{f}-{i}" for i, (f, _) in enumerate(BAD_REGION + BAD_FORWARD)])
+def test_a_bad_field_is_one_error_naming_the_wrapper_and_the_field(field, value):
+    decl = REGION if (field, value) in BAD_REGION else FORWARD
+    with pytest.raises(DeclarationError) as info:
+        validate(dataclasses.replace(decl, **{field: value}))
+    assert info.value.field == field
+    assert f"{field}:" in str(info.value)
+    if field != "name":
+        assert repr(decl.name) in str(info.value)
+
+
+def test_fallback_needs_its_dtype_and_other_objects_are_refused():
+    with pytest.raises(DeclarationError, match="fallback_dtype"):
+        validate(dataclasses.replace(REGION, unknown="fallback"))
+    with pytest.raises(DeclarationError, match="type: expected a RegionFactory"):
+        validate(torch.autocast)
+    assert validate(REGION) is REGION and validate(FORWARD) is FORWARD
+
+
+# -- resolution: the option and the hook ---------------------------------------------------
+
+
+def test_bad_declaration_through_the_option_is_a_usage_error(pytester):
+    pytester.makepyfile(bad_decl="""
+        import dataclasses
+        from amp_conformance.tools.selftest.planted import REFERENCE
+        BAD = dataclasses.replace(REFERENCE[0], unknown="ignore")
+        def make():
+            return [REFERENCE[1], 42]
+    """)
+    pytester.syspathinsert()
+    result = pytester.runpytest(*SUITE, "--wrapper", "bad_decl:BAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--wrapper bad_decl:BAD: wrapper 'torch.autocast': unknown: "
+                                 "expected one of noop, error, fallback*"])
+    result = pytester.runpytest(*SUITE, "--wrapper", "bad_decl:make")  # a zero-arg callable
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--wrapper bad_decl:make: wrapper '42'*type*"])
+    for spec, words in (("bad_decl", "expected MODULE:NAME"), ("no_such_mod:X", "cannot load"),
+                        ("bad_decl:MISSING", "cannot load")):
+        result = pytester.runpytest(*SUITE, "--wrapper", spec)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*--wrapper {spec}: {words}*"])
+
+
+def test_a_name_declared_twice_is_a_usage_error(pytester):
+    result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE",
+                                "--wrapper", f"{PLANTED}:REFERENCE")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*wrapper 'torch.autocast': name: declared twice*"])
+
+
+def test_the_hook_declares_wrappers_and_a_bad_result_names_it(pytester):
+    pytester.makeconftest(f"""
+        from {PLANTED} import REFERENCE
+        def pytest_amp_conformance_wrappers(config):
+            return REFERENCE[0]
+    """)
+    result = pytester.runpytest(*SUITE, "--collect-only", "-q")
+    ids = _ids(result.outlines)
+    assert "test_wrapper_region[cpu-bfloat16-torch.autocast-bfloat16-state]" in ids
+    assert not [i for i in ids if "custom_fwd" in i]
+    pytester.makeconftest("""
+        def pytest_amp_conformance_wrappers(config):
+            return "mylib:REGION"
+    """)
+    result = pytester.runpytest(*SUITE)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*hook pytest_amp_conformance_wrappers: gave str*expected a "
+                                 "RegionFactory*"])
+
+
+# -- the checks ----------------------------------------------------------------------------
+
+
+def test_the_reference_wrappers_pass_every_check(pytester):
+    result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE", "-v", "-rs")
+    result.assert_outcomes(passed=17, skipped=1)
+    ids = _ids(result.outlines)
+    for check in ("state", "restored", "nesting", "decorator", "cache", "policy"):
+        assert f"test_wrapper_region[cpu-float16-torch.autocast-float16-{check}]" in ids
+    assert "test_wrapper_region[cpu-torch.autocast-unknown]" in ids
+    assert "test_wrapper_forward[cpu-torch.amp.custom_fwd-backward]" in ids
+    result.stdout.fnmatch_lines(["*not applicable: torch.amp.custom_fwd declares no extra "
+                                 "keyword*"])
+
+
+def _case(decl, check):
+    return next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == check)
+
+
+PLANTED_BROKEN = [
+    (planted.LEAKS_DTYPE, region.check_restored, "restored", failure.RESTORED_EXCEPTION,
+     "dtype: torch.float16 before, torch.bfloat16 after"),
+    (planted.NEVER_CLEARS_CACHE, region.check_cache, "cache", failure.CACHE, "still alive"),
+    (planted.FIRST_ARG_ONLY, forward.check_casts, "casts", failure.CASTS,
+     "keyword 'scale' sent as bfloat16 arrived as bfloat16, expected float32"),
+    (planted.AUTOCAST_ON_INSIDE, forward.check_inside, "inside", failure.INSIDE,
+     "enabled=True, dtype=bfloat16; expected enabled=False"),
+    (planted.BACKWARD_OUTSIDE, forward.check_backward, "backward", failure.BACKWARD,
+     "backward called inside torch.autocast(dtype=torch.float16) ran with (True, 'float16')"),
+]
+
+
+@pytest.mark.parametrize("decl,check,name,promise,detail", PLANTED_BROKEN,
+                         ids=[d.name for d, *_ in PLANTED_BROKEN])
+def test_each_planted_wrapper_fails_naming_itself_and_its_promise(decl, check, name, promise,
+                                                                 detail):
+    before = AutocastState.capture("cpu")
+    with pytest.raises(ConformanceFailure) as info:
+        check(_case(decl, name))
+    message = str(info.value)
+    assert message.startswith(f"wrapper {decl.name} ")
+    assert f"broken promise: {promise}" in message and detail in message
+    assert "reproduce:" in message
+    assert before.diff(AutocastState.capture("cpu")) == [], "the check restores the state"
+
+
+def test_a_planted_wrapper_fails_its_suite_item(pytester):
+    result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:LEAKS_DTYPE", "-k", "restored")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([f"*wrapper planted.leaks_dtype*{failure.RESTORED_EXCEPTION}*"])
+
+
+def test_the_mutants_plant_behind_the_sound_declaration_and_undo():
+    names = [n for n in CATALOGUE if n.startswith("wrapper-")]
+    assert len(names) == 5
+    case = _case(planted.PLANTED[0], "restored")
+    region.check_restored(case)  # sound: the selftest's baseline
+    undo = CATALOGUE["wrapper-leaks-dtype-after-exception"].apply()
+    try:
+        with pytest.raises(ConformanceFailure, match="wrapper planted.region"):
+            region.check_restored(case)
+    finally:
+        undo()
+    region.check_restored(case)
+
+
+def test_policy_spot_checks_enter_the_wrappers_region():
+    case = _case(REGION, "policy")
+    entered = []
+    spy = dataclasses.replace(REGION, make=lambda p, d: entered.append(p) or REGION.make(p, d))
+    checked = region.check_policy(dataclasses.replace(case, wrapper=spy), (), "bitwise")
+    assert checked == ["mm", "mse_loss", "cat"]
+    assert entered and set(entered) == {"bfloat16"}
+
+
+def test_the_default_run_collects_no_wrapper_item(pytester):
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    assert not [line for line in result.outlines if "test_wrapper" in line]
+    assert "1927 tests collected" in result.outlines[-1]
+
+
+def test_a_wrapper_of_another_device_makes_no_item(pytester):
+    pytester.makeconftest(f"""
+        import dataclasses
+        from {PLANTED} import REFERENCE
+        def pytest_amp_conformance_wrappers(config):
+            return dataclasses.replace(REFERENCE[0], devices=("cuda",))
+    """)
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite", "--collect-only", "-q")
+    assert not [line for line in result.outlines if "test_wrapper" in line]
+    assert isinstance(_case(REGION, "state"), WrapperCase)
+
+
+def test_the_report_has_a_wrappers_section(pytester):
+    report = pytester.path / "report.json"
+    pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE", "--wrapper",
+                       f"{PLANTED}:LEAKS_DTYPE", "--conformance-report", str(report))
+    text = report.with_suffix(".md").read_text(encoding="utf-8")
+    assert "### Wrappers" in text
+    assert (f"| `planted.leaks_dtype` (region) | torch {torch.__version__} | 12 | 2 | 0 | "
+            f"`bfloat16-restored`: {failure.RESTORED_EXCEPTION}") in text
+    assert "| `torch.autocast` (region) |" in text
+    assert 'id="wrappers"' in report.with_suffix(".html").read_text(encoding="utf-8")
