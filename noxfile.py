@@ -7,6 +7,8 @@
     nox -t matrix                   # every release here, one at a time: the CPU suite and the
                                     # fake tiers in one virtualenv, removed after its run
     nox -s versions                 # docs/versions.md's matrix table from reports/
+    nox -s "wrappers(open_clip)"    # a library's autocast wrappers under the wrapper tier
+                                    # (nox -t wrappers: all of them; docs/wrappers.md)
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
 commands README.md documents ("Supported torch versions and the nightly matrix"); the
@@ -19,6 +21,7 @@ CPU build.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -141,3 +144,76 @@ def drift(session: nox.Session) -> None:
     for a, b in zip(versions, versions[1:], strict=False):
         session.run("python", "-m", "amp_conformance", "drift", f"reports/{a}/cpu.json",
                     f"reports/{b}/cpu.json", success_codes=[0, 1])
+
+
+#: The libraries whose autocast wrappers the wrapper tier checks (docs/wrappers.md): session
+#: id -> (pip requirements after torch, declaration module in examples/wrappers/). Each is
+#: installed from the package registry into its own virtualenv: never part of the default
+#: sessions, the matrix or .ci/run.
+WRAPPER_LIBRARIES = {
+    "open_clip": (["open_clip_torch"], "open_clip_decl"),
+    # speechbrain imports torchaudio on import: the torchaudio of the same torch release
+    # (torchaudio==<major.minor>.*), or the session records the library as blocked
+    "speechbrain": (["speechbrain", "torchaudio"], "speechbrain_decl"),
+    "accelerate": (["accelerate"], "accelerate_decl"),
+    "lightning": (["lightning"], "lightning_decl"),
+}
+WRAPPERS_TORCH = "2.13.0"
+WRAPPER_REPORTS = Path("reports") / "wrappers"
+#: what the session writes beside the tier's report (amp_conformance/tools/wrappers_table.py)
+WRAPPER_META = """import importlib, json, sys, torch
+decl = importlib.import_module(sys.argv[1])
+first = decl.WRAPPERS[0]
+json.dump({"library": first.library, "version": first.version, "torch": torch.__version__,
+           "wrappers": [w.name for w in decl.WRAPPERS]}, open(sys.argv[2], "w"), indent=1)
+"""
+
+
+def wrapper_requirements(library: str, torch: str = WRAPPERS_TORCH) -> list[str]:
+    """pip requirements of one wrapper session, torch pinned on every install so that no
+    library pulls another (CUDA) torch; torchaudio pinned to torch's release."""
+    release = ".".join(torch.split(".")[:2])
+    pins = {"torchaudio": f"torchaudio=={release}.*"}
+    return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library][0]] + [f"torch=={torch}"]
+
+
+def wrapper_command(library: str) -> list[str]:
+    """The wrapper tier's pytest command for one library (examples/wrappers on PYTHONPATH)."""
+    decl = WRAPPER_LIBRARIES[library][1]
+    return ["pytest", "--pyargs", "amp_conformance", "--device", "cpu", "--wrapper",
+            f"{decl}:WRAPPERS", "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
+            "-k", "wrapper", "-p", "no:cacheprovider"]
+
+
+@nox.session(tags=["wrappers"])
+@nox.parametrize("library", list(WRAPPER_LIBRARIES), ids=list(WRAPPER_LIBRARIES))
+def wrappers(session: nox.Session, library: str) -> None:
+    """One library's autocast wrappers under the wrapper tier, on CPU:
+    ``nox -s "wrappers(open_clip)"`` -> reports/wrappers/open_clip.json (+ .meta.json), or
+    reports/wrappers/<library>.blocked.json where the library cannot be installed or
+    imported. ``nox -t wrappers`` runs every library; ``python -m
+    amp_conformance.tools.wrappers_table --reports reports/wrappers --summary
+    docs/wrappers-observed.json --write docs/wrappers.md`` then updates the docs."""
+    WRAPPER_REPORTS.mkdir(parents=True, exist_ok=True)
+    for stale in WRAPPER_REPORTS.glob(f"{library}.*"):
+        stale.unlink()
+    blocked = WRAPPER_REPORTS / f"{library}.blocked.json"
+
+    def block(reason: str) -> None:
+        blocked.write_text(json.dumps({"library": library, "reason": reason}, indent=1) + "\n")
+        session.error(f"{library}: blocked: {reason}")
+
+    session.install(f"torch=={WRAPPERS_TORCH}")  # first: the CPU build, before any library
+    session.install(".")
+    try:
+        session.install(*wrapper_requirements(library))
+    except nox.command.CommandFailed:
+        block(f"pip could not install {' '.join(wrapper_requirements(library))}")
+    env = {"PYTHONPATH": str(Path("examples/wrappers").resolve())}
+    decl = WRAPPER_LIBRARIES[library][1]
+    meta = str(WRAPPER_REPORTS / f"{library}.meta.json")
+    try:
+        session.run("python", "-c", WRAPPER_META, decl, meta, env=env)
+    except nox.command.CommandFailed:
+        block(f"examples/wrappers/{decl}.py does not import (see the session's log)")
+    session.run(*wrapper_command(library), *session.posargs, env=env)

@@ -1,0 +1,208 @@
+"""docs/wrappers.md's table: what real libraries' autocast wrappers do today.
+
+``nox -s "wrappers(<library>)"`` installs one library beside torch, runs the wrapper tier
+against its declaration (``examples/wrappers/<library>_decl.py``) and leaves, in
+``reports/wrappers/``:
+
+- ``<library>.json``: the tier's conformance report (docs/report-schema.md);
+- ``<library>.meta.json``: ``{"library", "version", "torch", "wrappers": [names]}`` from the
+  declaration module;
+- or ``<library>.blocked.json``: ``{"library", "reason"}`` where the library could not be
+  installed or imported (then nothing else).
+
+:func:`summarize` turns that directory into one compact summary (``docs/wrappers-observed.json``
+is the committed one), :func:`markdown` turns a summary into the table, and ``--write``
+puts it between the markers of docs/wrappers.md::
+
+    python -m amp_conformance.tools.wrappers_table --reports reports/wrappers \\
+        --summary docs/wrappers-observed.json --write docs/wrappers.md
+    python -m amp_conformance.tools.wrappers_table --summary docs/wrappers-observed.json \\
+        --write docs/wrappers.md           # regenerate from the committed summary
+
+A project test keeps docs/wrappers.md's table equal to what :func:`markdown` makes from the
+committed summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from amp_conformance.core import generated
+
+BEGIN = "<!-- wrappers-table:begin -->"
+END = "<!-- wrappers-table:end -->"
+FAILING = ("failed", "error", "xpassed", "unfinished")
+COLUMNS = ("library", "version", "wrapper", "check", "result", "reproduction")
+
+
+def session_command(library: str, select: str | None = None) -> str:
+    """The command that reproduces a library's run (one item of it with ``select``)."""
+    base = f'nox -s "wrappers({library})"'
+    return f"{base} -- -k '{select}'" if select else base
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _wrapper_of(result: dict, names: list[str]) -> str | None:
+    """The wrapper an item checked: the report's ``wrapper`` object (its ``name``), else the
+    longest declared name in the node id."""
+    w = result.get("wrapper")
+    if isinstance(w, dict) and w.get("name"):
+        return str(w["name"])
+    if isinstance(w, str) and w:
+        return w
+    found = [n for n in names if n in (result.get("nodeid") or "")]
+    return max(found, key=len) if found else None
+
+
+def _headline(message: str | None) -> str:
+    """A failure's first line without the exception's module path (``amp_conformance.core.
+    errors.ConformanceFailure: wrapper ...`` -> ``wrapper ...``)."""
+    lines = (message or "").strip().splitlines()
+    return re.sub(r"^(?:[A-Za-z_][\w]*\.)+\w+: ", "", lines[0]) if lines else ""
+
+
+def _select(result: dict) -> str:
+    """A ``-k`` expression for one item: its test name and parametrization id."""
+    nodeid = result.get("nodeid") or ""
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def summarize(root: Path) -> dict:
+    """The summary of a directory of wrapper-tier reports (layout in the module docstring)."""
+    libraries, rows = [], []
+    keys = sorted({p.name.split(".", 1)[0] for p in root.glob("*.json")})
+    for key in keys:
+        blocked = _read(root / f"{key}.blocked.json")
+        meta = _read(root / f"{key}.meta.json")
+        library = meta.get("library") or blocked.get("library") or key
+        if blocked:
+            libraries.append({"session": key, "library": library, "version": blocked.get("version"),
+                              "status": "blocked", "reason": blocked.get("reason", "")})
+            continue
+        report = _read(root / f"{key}.json")
+        run = report.get("run") or {}
+        libraries.append({"session": key, "library": library, "version": meta.get("version"),
+                          "torch": report.get("torch") or meta.get("torch"),
+                          "status": run.get("status") or ("unreadable" if not report else "completed")})
+        names = list(meta.get("wrappers") or [])
+        for result in report.get("results") or []:
+            wrapper = _wrapper_of(result, names)
+            if wrapper is None:
+                continue
+            outcome = result.get("outcome") or "unknown"
+            passed = outcome == "passed"
+            w = result["wrapper"] if isinstance(result.get("wrapper"), dict) else {}
+            check = w.get("check") or result.get("check") or result.get("test")
+            rows.append({"session": key, "library": library, "version": meta.get("version"),
+                         "wrapper": wrapper, "check": check,
+                         "item": w.get("precision") or result.get("param") or _select(result),
+                         "result": outcome,
+                         "message": "" if passed else _headline(result.get("message")),
+                         "command": "" if passed else session_command(key, _select(result))})
+    return {"source": "tier", "libraries": libraries, "rows": rows}
+
+
+def _family(check: str) -> str:
+    return check.split("[", 1)[0]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(summary: dict) -> list[str]:
+    """One row per library, wrapper and check (its items counted), blocked libraries too."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "| " + " | ".join("---" for _ in COLUMNS) + " |"]
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for row in summary.get("rows") or []:
+        groups.setdefault((row["session"], row["wrapper"], _family(row["check"])), []).append(row)
+    for lib in sorted(summary.get("libraries") or [], key=lambda x: x["session"]):
+        version = lib.get("version") or "—"
+        if lib.get("status") == "blocked":
+            lines.append(f"| {lib['library']} | {version} | — | — | **blocked** | "
+                         f"{_cell(lib.get('reason', ''))}; `{session_command(lib['session'])}` |")
+            continue
+        mine = [k for k in groups if k[0] == lib["session"]]
+        if not mine:
+            lines.append(f"| {lib['library']} | {version} | — | — | **no wrapper results** "
+                         f"({lib.get('status')}) | `{session_command(lib['session'])}` |")
+        wrappers = list(dict.fromkeys(k[1] for k in mine))
+        for key in sorted(mine, key=lambda k: (wrappers.index(k[1]), k[2])):
+            items = groups[key]
+            bad = [r for r in items if r["result"] in FAILING]
+            ran = [r for r in items if r["result"] not in ("skipped",)]
+            if bad:
+                result = f"**{bad[0]['result']}**: {len(bad)} of {len(items)}"
+                first = bad[0]
+                repro = f"{_cell(first.get('message') or '')} (`{first['item']}`); `{first['command']}`"
+            elif ran:
+                result, repro = f"passed ({len(ran)})", ""
+            else:
+                result = f"skipped ({len(items)})"
+                repro = _cell(items[0].get("message") or "")
+            lines.append(f"| {lib['library']} | {version} | `{key[1]}` | {key[2]} | {result} | "
+                         f"{repro} |")
+    return lines
+
+
+def markdown(summary: dict) -> str:
+    source = summary.get("source")
+    head = []
+    if source != "tier":
+        head = [f"> **Observed directly, not by the wrapper tier** ({source}): the lead "
+                "regenerates this table from the tier's reports once it runs.", ""]
+    torch = sorted({lib.get("torch") for lib in summary.get("libraries") or [] if lib.get("torch")})
+    if torch:
+        head += [f"torch {', '.join(torch)}, CPU.", ""]
+    return "\n".join([*head, *table(summary)]) + "\n"
+
+
+def write(doc: Path, summary: dict) -> bool:
+    return generated.write(doc, BEGIN, END, markdown(summary))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amp_conformance.tools.wrappers_table",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=Path, help="a directory of wrapper-tier reports "
+                        "(reports/wrappers): summarize it (into --summary when given)")
+    parser.add_argument("--summary", type=Path, help="the summary JSON: read it (without "
+                        "--reports) or write it (with --reports)")
+    parser.add_argument("--write", metavar="DOC", type=Path, help="replace the table of DOC "
+                        "(docs/wrappers.md) instead of printing it")
+    args = parser.parse_args(argv)
+    if args.reports:
+        if not args.reports.is_dir() or not any(args.reports.glob("*.json")):
+            print(f"error: no reports under {args.reports} (run nox -s wrappers first)",
+                  file=sys.stderr)
+            return 2
+        summary = summarize(args.reports)
+        if args.summary:
+            args.summary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    elif args.summary:
+        summary = _read(args.summary)
+        if not summary:
+            print(f"error: {args.summary} is not a summary", file=sys.stderr)
+            return 2
+    else:
+        parser.error("give --reports or --summary")
+    if args.write:
+        print(f"{args.write}: {'updated' if write(args.write, summary) else 'up to date'}")
+    else:
+        sys.stdout.write(markdown(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

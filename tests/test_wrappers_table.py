@@ -1,0 +1,126 @@
+"""docs/wrappers.md's table of real libraries' autocast wrappers: the generator on made-up
+reports, the committed table equal to what it makes from the committed summary, and the
+wrapper sessions kept off the default run and CI (they download the libraries)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from amp_conformance.core import generated
+from amp_conformance.tools import wrappers_table as wt
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "wrappers.md"
+SUMMARY = ROOT / "docs" / "wrappers-observed.json"
+
+
+def _result(test: str, param: str, outcome: str, message: str | None = None,
+            check: str | None = None) -> dict:
+    return {"nodeid": f"amp_conformance/suite/test_wrappers.py::{test}[{param}]", "test": test,
+            "check": check or test.removeprefix("test_"), "param": param, "outcome": outcome,
+            "message": message}
+
+
+def _reports(tmp_path: Path) -> Path:
+    root = tmp_path / "wrappers"
+    root.mkdir()
+    (root / "lib_a.meta.json").write_text(json.dumps({
+        "library": "lib-a", "version": "1.2", "torch": "2.13.0+cpu",
+        "wrappers": ["lib_a.ctx", "lib_a.ctx.nested"]}))
+    (root / "lib_a.json").write_text(json.dumps({
+        "torch": "2.13.0+cpu", "run": {"status": "completed"}, "results": [
+            _result("test_wrapper_state", "cpu-lib_a.ctx-fp16", "failed",
+                    "AssertionError: autocast off inside\nmore detail"),
+            _result("test_wrapper_state", "cpu-lib_a.ctx-bf16", "passed"),
+            _result("test_wrapper_state", "cpu-lib_a.ctx.nested-bf16", "passed"),
+            _result("test_wrapper_unknown", "cpu-lib_a.ctx", "skipped", "not claimed | here"),
+            _result("test_policy", "cpu-bfloat16-torch_16-mm", "failed", "not a wrapper item"),
+        ]}))
+    (root / "lib_b.blocked.json").write_text(json.dumps({
+        "library": "lib-b", "reason": "no torchaudio for this torch"}))
+    return root
+
+
+def test_summarize_reads_reports_meta_and_blocked_libraries(tmp_path):
+    summary = wt.summarize(_reports(tmp_path))
+    assert summary["source"] == "tier"
+    assert [(lib["session"], lib["status"]) for lib in summary["libraries"]] == [
+        ("lib_a", "completed"), ("lib_b", "blocked")]
+    rows = summary["rows"]
+    # the op-list item is not a wrapper's; the longest declared name wins
+    assert [r["wrapper"] for r in rows] == ["lib_a.ctx", "lib_a.ctx", "lib_a.ctx.nested",
+                                            "lib_a.ctx"]
+    failed = rows[0]
+    assert failed["message"] == "AssertionError: autocast off inside"
+    assert failed["command"] == ("nox -s \"wrappers(lib_a)\" -- -k "
+                                 "'test_wrapper_state[cpu-lib_a.ctx-fp16]'")
+    assert rows[1]["message"] == ""  # a pass keeps no message
+
+
+def test_table_has_a_row_per_library_wrapper_and_check(tmp_path):
+    lines = wt.table(wt.summarize(_reports(tmp_path)))
+    assert lines[0] == "| library | version | wrapper | check | result | reproduction |"
+    body = lines[2:]
+    assert body[0].startswith("| lib-a | 1.2 | `lib_a.ctx` | wrapper_state | **failed**: 1 of 2 | "
+                              "AssertionError: autocast off inside (`cpu-lib_a.ctx-fp16`); "
+                              "`nox -s \"wrappers(lib_a)\" -- -k")
+    assert body[1] == ("| lib-a | 1.2 | `lib_a.ctx` | wrapper_unknown | skipped (1) | "
+                       "not claimed \\| here |")
+    assert body[2] == "| lib-a | 1.2 | `lib_a.ctx.nested` | wrapper_state | passed (1) |  |"
+    assert body[3] == ("| lib-b | — | — | — | **blocked** | no torchaudio for this torch; "
+                       "`nox -s \"wrappers(lib_b)\"` |")
+    assert len(body) == 4
+
+
+def test_markdown_marks_a_summary_not_made_by_the_tier():
+    summary = {"source": "observe.py", "libraries": [
+        {"session": "x", "library": "x", "version": "1", "torch": "2.13.0+cpu",
+         "status": "completed"}], "rows": []}
+    text = wt.markdown(summary)
+    assert text.startswith("> **Observed directly, not by the wrapper tier** (observe.py)")
+    assert "| x | 1 | — | — | **no wrapper results** (completed) |" in text
+    assert "Observed directly" not in wt.markdown({**summary, "source": "tier"})
+
+
+def test_write_replaces_only_the_marked_section(tmp_path, capsys):
+    root = _reports(tmp_path)
+    doc = tmp_path / "wrappers.md"
+    doc.write_text(f"# title\n\n{wt.BEGIN}\nold\n{wt.END}\n\ntail\n")
+    out = tmp_path / "summary.json"
+    assert wt.main(["--reports", str(root), "--summary", str(out), "--write", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# title\n") and text.endswith("tail\n") and "old" not in text
+    assert generated.section(text, wt.BEGIN, wt.END) == wt.markdown(json.loads(out.read_text()))
+    assert wt.main(["--summary", str(out), "--write", str(doc)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("up to date")
+    assert wt.main(["--reports", str(tmp_path / "none")]) == 2
+
+
+def test_docs_table_is_what_the_generator_makes_from_the_committed_summary():
+    summary = json.loads(SUMMARY.read_text(encoding="utf-8"))
+    section = generated.section(DOC.read_text(encoding="utf-8"), wt.BEGIN, wt.END)
+    assert section == wt.markdown(summary), (
+        "docs/wrappers.md is stale: python -m amp_conformance.tools.wrappers_table "
+        "--summary docs/wrappers-observed.json --write docs/wrappers.md")
+    libraries = {lib["session"] for lib in summary["libraries"]}
+    assert libraries == {"open_clip", "speechbrain", "accelerate", "lightning"}
+
+
+def test_wrapper_sessions_are_off_the_default_run_and_ci():
+    pytest.importorskip("nox", reason="nox is a dev dependency (pip install -e '.[dev]')")
+    from tests.test_workflow import load_noxfile
+
+    noxfile = load_noxfile()
+    assert set(noxfile.WRAPPER_LIBRARIES) == {"open_clip", "speechbrain", "accelerate",
+                                              "lightning"}
+    assert not [s for s in noxfile.nox.options.sessions if s.startswith("wrappers")]
+    for library, (_, decl) in noxfile.WRAPPER_LIBRARIES.items():
+        assert (ROOT / "examples" / "wrappers" / f"{decl}.py").is_file()
+        assert noxfile.wrapper_requirements(library)[-1] == f"torch=={noxfile.WRAPPERS_TORCH}"
+        assert f"{decl}:WRAPPERS" in noxfile.wrapper_command(library)
+    assert "torchaudio==2.13.*" in noxfile.wrapper_requirements("speechbrain")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "wrappers" not in ci and "examples/wrappers" not in ci
