@@ -159,6 +159,12 @@ WRAPPER_LIBRARIES = {
     "lightning": (["lightning"], "lightning_decl"),
 }
 WRAPPERS_TORCH = "2.13.0"
+#: a library that needs another torch: speechbrain imports torchaudio, whose newest release
+#: on the registry is 2.11 (none for 2.13), so its session runs torch 2.11.0 (a CUDA build
+#: from the registry, about 5 GB, run on the CPU)
+WRAPPER_TORCH = {"speechbrain": "2.11.0"}
+#: expected failures of a library's departures, observed (docs/wrappers.md), strict
+WRAPPER_XFAILS = {"accelerate": "examples/wrappers/accelerate.xfail"}
 WRAPPER_REPORTS = Path("reports") / "wrappers"
 #: what the session writes beside the tier's report (amp_conformance/tools/wrappers_table.py)
 WRAPPER_META = """import importlib, json, sys, torch
@@ -169,9 +175,15 @@ json.dump({"library": first.library, "version": first.version, "torch": torch.__
 """
 
 
-def wrapper_requirements(library: str, torch: str = WRAPPERS_TORCH) -> list[str]:
+def wrapper_torch(library: str) -> str:
+    """The torch release one library's session runs."""
+    return WRAPPER_TORCH.get(library, WRAPPERS_TORCH)
+
+
+def wrapper_requirements(library: str, torch: str | None = None) -> list[str]:
     """pip requirements of one wrapper session, torch pinned on every install so that no
     library pulls another (CUDA) torch; torchaudio pinned to torch's release."""
+    torch = torch or wrapper_torch(library)
     release = ".".join(torch.split(".")[:2])
     pins = {"torchaudio": f"torchaudio=={release}.*"}
     return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library][0]] + [f"torch=={torch}"]
@@ -182,7 +194,9 @@ def wrapper_command(library: str) -> list[str]:
     decl = WRAPPER_LIBRARIES[library][1]
     return ["pytest", "--pyargs", "amp_conformance", "--device", "cpu", "--wrapper",
             f"{decl}:WRAPPERS", "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
-            "-k", "wrapper", "-p", "no:cacheprovider"]
+            "-k", "wrapper", "-p", "no:cacheprovider",
+            *([f"--xfail-file={WRAPPER_XFAILS[library]}"]
+              if library in WRAPPER_XFAILS else [])]
 
 
 @nox.session(tags=["wrappers"])
@@ -203,7 +217,7 @@ def wrappers(session: nox.Session, library: str) -> None:
         blocked.write_text(json.dumps({"library": library, "reason": reason}, indent=1) + "\n")
         session.error(f"{library}: blocked: {reason}")
 
-    session.install(f"torch=={WRAPPERS_TORCH}")  # first: the CPU build, before any library
+    session.install(f"torch=={wrapper_torch(library)}")  # first, before any library
     session.install(".")
     try:
         session.install(*wrapper_requirements(library))

@@ -19,7 +19,8 @@ What they claim, from ``speechbrain/utils/autocast.py`` of speechbrain 1.1.2:
 
 Importing ``speechbrain.utils.autocast`` runs ``speechbrain/__init__.py``, which imports
 torchaudio (speechbrain/utils/torch_audio_backend.py:12): without a torchaudio built for the
-installed torch, this module does not import (docs/wrappers.md records it as blocked).
+installed torch, this module does not import; the registry has no torchaudio for torch 2.13,
+so its nox session runs torch 2.11.0 with torchaudio 2.11.0.
 """
 
 from __future__ import annotations
