@@ -34,7 +34,9 @@ def releases(root: Path) -> list[str]:
     return sorted(found, key=_key)
 
 
-def _read(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``; ``{}`` where it is missing, unreadable or not an object
+    (a report of a run that never wrote one)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -45,7 +47,7 @@ def _read(path: Path) -> dict:
 def _cell(path: Path) -> str:
     if not path.is_file():
         return "—"
-    data = _read(path)
+    data = read_json(path)
     s, run = data.get("summary") or {}, data.get("run") or {}
     if not s:
         return "**unreadable**"
@@ -61,7 +63,7 @@ def table(root: Path) -> list[str]:
     rows = ["| release | torch | " + " | ".join(f"`{t}`" for t in TIERS) + " |",
             "| --- | --- | " + " | ".join("---" for _ in TIERS) + " |"]
     for release in releases(root):
-        version = next((_read(root / release / f"{t}.json").get("torch") for t in TIERS
+        version = next((read_json(root / release / f"{t}.json").get("torch") for t in TIERS
                         if (root / release / f"{t}.json").is_file()), None) or "—"
         cells = [_cell(root / release / f"{tier}.json") for tier in TIERS]
         rows.append(f"| {release} | {version} | " + " | ".join(cells) + " |")

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from amp_conformance.core import generated
+from amp_conformance.tools.matrix import read_json
 
 BEGIN = "<!-- wrappers-table:begin -->"
 END = "<!-- wrappers-table:end -->"
@@ -43,14 +44,6 @@ def session_command(library: str, select: str | None = None) -> str:
     """The command that reproduces a library's run (one item of it with ``select``)."""
     base = f'nox -s "wrappers({library})"'
     return f"{base} -- -k '{select}'" if select else base
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _wrapper_of(result: dict, names: list[str]) -> str | None:
@@ -83,14 +76,14 @@ def summarize(root: Path) -> dict:
     libraries, rows = [], []
     keys = sorted({p.name.split(".", 1)[0] for p in root.glob("*.json")})
     for key in keys:
-        blocked = _read(root / f"{key}.blocked.json")
-        meta = _read(root / f"{key}.meta.json")
+        blocked = read_json(root / f"{key}.blocked.json")
+        meta = read_json(root / f"{key}.meta.json")
         library = meta.get("library") or blocked.get("library") or key
         if blocked:
             libraries.append({"session": key, "library": library, "version": blocked.get("version"),
                               "status": "blocked", "reason": blocked.get("reason", "")})
             continue
-        report = _read(root / f"{key}.json")
+        report = read_json(root / f"{key}.json")
         run = report.get("run") or {}
         libraries.append({"session": key, "library": library, "version": meta.get("version"),
                           "torch": report.get("torch") or meta.get("torch"),
@@ -193,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.summary:
             args.summary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     elif args.summary:
-        summary = _read(args.summary)
+        summary = read_json(args.summary)
         if not summary:
             print(f"error: {args.summary} is not a summary", file=sys.stderr)
             return 2
