@@ -23,6 +23,7 @@ import json
 import sys
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -55,13 +56,19 @@ def _other(dtype: torch.dtype) -> torch.dtype:
     return torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
 
 
-def region_rows(w: RegionFactory, device: str) -> list[dict]:
+def _recorder(name: str) -> tuple[list[dict], Callable[[str, bool | None, str], None]]:
+    """The rows of one wrapper, and the function that adds one (None: skipped)."""
     rows: list[dict] = []
 
     def row(check: str, ok: bool | None, detail: str) -> None:
         result = "skipped" if ok is None else ("passed" if ok else "failed")
-        rows.append({"wrapper": w.name, "check": check, "result": result, "detail": detail})
+        rows.append({"wrapper": name, "check": check, "result": result, "detail": detail})
 
+    return rows, row
+
+
+def region_rows(w: RegionFactory, device: str) -> list[dict]:
+    rows, row = _recorder(w.name)
     if device not in w.devices:
         row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
         return rows
@@ -173,12 +180,7 @@ def _cache_probe(w: RegionFactory, name: str, device: str) -> tuple[bool | None,
 
 
 def forward_rows(w: ForwardDecorator, device: str, amp_dtype: torch.dtype) -> list[dict]:
-    rows: list[dict] = []
-
-    def row(check: str, ok: bool | None, detail: str) -> None:
-        result = "skipped" if ok is None else ("passed" if ok else "failed")
-        rows.append({"wrapper": w.name, "check": check, "result": result, "detail": detail})
-
+    rows, row = _recorder(w.name)
     if device not in w.devices:
         row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
         return rows
