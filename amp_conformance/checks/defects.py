@@ -59,18 +59,14 @@ def verdict(case: Case, check: Callable[[Case], None], record: Record) -> None:
 
 
 def _record(use: DefectUse, status: str) -> dict[str, Any]:
-    return _as_record(use.id, status)
-
-
-def _as_record(defect_id: str, status: str) -> dict[str, Any]:
-    d = registry()[defect_id]
-    return {"id": d.id, "status": status, "links": list(d.links), "summary": d.summary}
+    return record_of(use.id, status)
 
 
 def record_of(defect_id: str, status: str) -> dict[str, Any]:
     """The ``PROPERTY`` value of an item that met ``defect_id`` (``REPRODUCED``/``FIXED``),
-    for checks that judge a defect themselves (the compiled tier)."""
-    return _as_record(defect_id, status)
+    also for checks that judge a defect themselves (the compiled tier)."""
+    d = registry()[defect_id]
+    return {"id": d.id, "status": status, "links": list(d.links), "summary": d.summary}
 
 
 def reproduces(case: Case, check: Callable[[Case], None], use: DefectUse) -> None:
@@ -116,6 +112,6 @@ def known_departure(defect_id: str, run: Callable[[], None], symptom: str,
     except ConformanceFailure as exc:
         if symptom not in str(exc):
             raise
-        record(PROPERTY, _as_record(defect_id, REPRODUCED))
+        record(PROPERTY, record_of(defect_id, REPRODUCED))
     else:
-        record(PROPERTY, _as_record(defect_id, FIXED))
+        record(PROPERTY, record_of(defect_id, FIXED))
