@@ -195,5 +195,10 @@ register(Check("backward", "gradients through autocast (backward outside the reg
 register(Check("wrappers", "opt-in (--wrapper MODULE:NAME): a library's autocast region "
                "factory or forward decorator keeps its declaration and autocast's contract"))
 
+# -- the operator surface: every OpInfo sample, opt-in (issue 25; checks/opinfo) ----------
+register(Check("opinfo", "opt-in (--amp-opinfo): every sample form of every OpInfo of the "
+               "running release's op_db: no new errors inside autocast, the declared policy's "
+               "dtypes and values where a call enters policy kernels, eager's where none"))
+
 if __name__ == "__main__":  # python -m amp_conformance.checks.registry: print the table
     print(markdown(), end="")

@@ -87,6 +87,15 @@ _OPTIONS = {
              "ForwardDecorator (amp_conformance.checks.wrappers), a list of them, or a "
              "callable returning either; repeatable; opt-in (no wrapper item without it)",
     ),
+    "--amp-opinfo": dict(
+        dest="amp_opinfo", action="store_true", default=False,
+        help="also run every OpInfo of PyTorch's op_db (every sample form) under the device's "
+             "autocast against the declared policy; opt-in (no item without it; needs expecttest)",
+    ),
+    "--amp-opinfo-samples": dict(
+        dest="amp_opinfo_samples", default=None, metavar="N|all",
+        help="samples per OpInfo and build dtype in the --amp-opinfo tier (default: 2)",
+    ),
     "--amp-compile": dict(
         dest="amp_compile", default=None, metavar="BACKEND",
         help="also run every op-list entry's policy check through torch.compile with this "
@@ -133,6 +142,10 @@ class Settings:
     oplists: tuple[str, ...] = ()
     #: --amp-compile: the torch.compile backend of the per-entry compiled tier (None: off)
     compile_backend: str | None = None
+    #: --amp-opinfo: the OpInfo tier is on
+    opinfo: bool = False
+    #: --amp-opinfo-samples: samples per OpInfo and build dtype (None: all)
+    opinfo_samples: int | None = 2
     #: how the policy properties call each op (``strategies.FORMS`` merged with the
     #: ``pytest_amp_conformance_property_forms`` hooks); None: ``strategies.FORMS`` alone
     forms: Mapping[str, Callable[..., tuple]] | None = field(default=None, compare=False,
@@ -163,6 +176,7 @@ def resolve(config: pytest.Config) -> Settings:
         fake=fake,
         oplists=tuple(config.getoption("amp_oplists")),
         compile_backend=_compile_backend(config),
+        **_opinfo(config),
     )
 
 
@@ -178,3 +192,29 @@ def _compile_backend(config: pytest.Config) -> str | None:
         return validate(name)
     except UnknownBackend as exc:
         raise pytest.UsageError(f"amp-conformance: {exc}") from None
+
+
+def _opinfo(config: pytest.Config) -> dict[str, Any]:
+    """--amp-opinfo and --amp-opinfo-samples, validated; op_db imported here, once, only
+    when the tier is on (a torch whose op_db does not import is a usage error)."""
+    raw = config.getoption("amp_opinfo_samples", default=None)
+    on = bool(config.getoption("amp_opinfo", default=False))
+    from amp_conformance.checks.opinfo import source
+
+    samples: int | None = source.DEFAULT_SAMPLES
+    if raw is not None:
+        if raw == "all":
+            samples = None
+        elif raw.isdigit() and int(raw) > 0:
+            samples = int(raw)
+        else:
+            raise pytest.UsageError(f"amp-conformance: --amp-opinfo-samples {raw!r}: expected a "
+                                    "positive number of samples or 'all'")
+        if not on:
+            raise pytest.UsageError("amp-conformance: --amp-opinfo-samples needs --amp-opinfo")
+    if on:
+        try:
+            source.op_db()
+        except source.OpDbUnavailable as exc:
+            raise pytest.UsageError(f"amp-conformance: {exc}") from None
+    return {"opinfo": on, "opinfo_samples": samples}

@@ -13,6 +13,7 @@ import pytest
 from amp_conformance.checks import registry
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.checks.compile import per_entry as compiled
+from amp_conformance.checks.opinfo import collect as opinfo
 from amp_conformance.core import devices
 from amp_conformance.plugin.options import Settings
 
@@ -111,6 +112,8 @@ def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             params.append(pytest.param(case, id=case.id, marks=marks))
         metafunc.parametrize(CASE_FIXTURE, params)
+    elif opinfo.FIXTURE in metafunc.fixturenames:  # the opt-in OpInfo tier
+        metafunc.parametrize(opinfo.FIXTURE, opinfo.params(settings))
     elif DTYPE_FIXTURE in metafunc.fixturenames:
         metafunc.parametrize(DTYPE_FIXTURE, _dtype_params(metafunc, settings, check_of(metafunc)))
     elif DEVICE_FIXTURE in metafunc.fixturenames:

@@ -37,6 +37,8 @@ ITEM_PROPERTY = "amp_item"
 OBSERVED_PROPERTY = "amp_observed"
 #: an item's reference-defect verdict (amp_conformance.checks.defects.PROPERTY)
 DEFECT_PROPERTY = "amp_defect"
+#: an OpInfo-tier item's summary (amp_conformance.checks.opinfo.check.PROPERTY)
+OPINFO_PROPERTY = "amp_opinfo"
 
 
 def _requested(config: pytest.Config) -> str | None:
@@ -80,6 +82,9 @@ def item_info(item: pytest.Item) -> dict[str, Any]:
                     entry=case.entry.id, op=case.entry.qualname)
     elif isinstance(params.get("amp_dtype"), torch.dtype):
         info["amp_dtype"] = devices.dtype_name(params["amp_dtype"])
+    opinfo = params.get("opinfo_case")
+    if opinfo is not None:  # the OpInfo tier (checks/opinfo): the report's operator surface
+        info.update(amp_dtype=devices.dtype_name(opinfo.amp_dtype), op=opinfo.ref.id)
     wrapper = params.get("amp_wrapper_case")
     if wrapper is not None:  # the wrapper tier (checks/wrappers): the report's Wrappers section
         w = wrapper.wrapper
@@ -206,7 +211,7 @@ class ReportWriter:
         event = {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
                  "category": category, "message": message_of(report, category),
                  "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
-                 "defect": props.get(DEFECT_PROPERTY)}
+                 "defect": props.get(DEFECT_PROPERTY), "opinfo": props.get(OPINFO_PROPERTY)}
         if props.get(LOST_PROPERTY):  # the item during which the device was lost (health.py)
             event["device_lost"] = props[LOST_PROPERTY]
         return event

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.checks import registry
+from amp_conformance.plugin.report.surface import operator_surface
 
 SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
@@ -94,6 +95,8 @@ class ItemRecord:
     observed: Any = None
     #: the reference-defect verdict: {id, status (reproduced/fixed), links, summary}
     defect: dict[str, Any] | None = None
+    #: an OpInfo-tier item's summary (plugin.report.surface)
+    opinfo: dict[str, Any] | None = None
     finished: bool = False
 
     def add(self, event: dict[str, Any]) -> None:
@@ -103,6 +106,8 @@ class ItemRecord:
             self.observed = event["observed"]
         if event.get("defect") is not None:
             self.defect = event["defect"]
+        if event.get("opinfo") is not None:
+            self.opinfo = event["opinfo"]
         category = event.get("category", "")
         if _RANK.get(category, 0) > _RANK.get(self.outcome, 0):
             self.outcome = category
@@ -135,6 +140,7 @@ class ItemRecord:
             "observed": self.observed if self.observed not in ({}, None) else None,
             "defect": self.defect,
             **({"wrapper": info["wrapper"]} if info.get("wrapper") else {}),
+            **({"opinfo": self.opinfo} if self.opinfo else {}),
         }
 
 
@@ -237,6 +243,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "categories": categories(results),
         "families": families(results),
         "reference_defects": reference_defects(results),
+        **({"operator_surface": surface} if (surface := operator_surface(results)) else {}),
         "results": results,
     }
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from amp_conformance.checks import registry
-from amp_conformance.plugin.report import wrappers
+from amp_conformance.plugin.report import surface, wrappers
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
     headline,
@@ -383,6 +383,7 @@ def render_html(data: dict[str, Any]) -> str:
 <h2 id="families">By check family</h2>
 {_count_table("family", family_rows(data), "No items in this run.")}
 {wrappers.html_section(data)}
+{surface.html(data.get("operator_surface"), _e)}
 <h2 id="categories">By op-list category</h2>
 {_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
 <h2 id="oplists">Op lists: op × autocast dtype × check</h2>
@@ -442,6 +443,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         "",
         *_md_table("check family", family_rows(data)),
         *wrappers.markdown_section(data),
+        *surface.markdown(data.get("operator_surface")),
         *_md_table("op-list category", data.get("categories") or {}),
         *_md_list("Failures", [r for r in data["results"] if state_of(r) in _PROBLEMS], max_failures),
         *_md_list("Expected failures", expected_failures(data), max_failures),

@@ -910,6 +910,6 @@ _fake("cuda-upsample_nearest2d-in-lower-precision",
 # Each family's mutants live in a module of their own beside this one and register
 # themselves on import, so a new family adds a module and one name here.
 FAMILIES = ("gradscaler", "compile", "training", "backward", "eligibility", "numerics",
-            "defects", "wrappers")
+            "defects", "wrappers", "opinfo")
 for _family in FAMILIES:
     importlib.import_module(f"amp_conformance.tools.selftest.mutants_{_family}")

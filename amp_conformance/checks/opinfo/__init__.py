@@ -1,0 +1,21 @@
+"""The operator surface under autocast (opt-in: ``--amp-opinfo``): every OpInfo sample.
+
+The op lists prove each overload of a policy on one call; this tier draws the calls from
+PyTorch's own OpInfo database (``op_db``) of the running release, every sample in every
+argument form it has, and holds each to the policy:
+
+- ``source``: op_db, imported once and only when the tier is on; the OpInfos a device can
+  run; the samples of an op in their forms (float32 and amp-dtype builds, each with its
+  non-contiguous twin); a reproduction that runs as pasted.
+- ``reference``: the reference autocast. The device's op lists say each policy overload's
+  cast (observed once: which overload each entry enters); a Python kernel above every
+  Autocast key casts exactly there, with autocast off. The same call through it is the
+  hand-cast control, for a policy op, a composite that reaches policy ops, and an op that
+  reaches none (then it casts nothing: the control is eager).
+- ``judge``: one sample form, run under the device's autocast (observed) and through the
+  reference; what it was (policy op, composite, left alone) and how it ended (agrees,
+  capability, reference defect, not applicable, failed).
+- ``check``: one item per (amp dtype, op): every sample form judged, every failure named
+  with a reproduction, the summary recorded for the report's operator-surface table.
+- ``collect``: the opt-in gate and the items' parametrization.
+"""

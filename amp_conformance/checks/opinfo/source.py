@@ -1,0 +1,227 @@
+"""PyTorch's OpInfo database of the running release: the ops, their samples and forms.
+
+``op_db`` is internal to PyTorch and changes between releases, so everything here reads
+it defensively: the import happens once per process and only when the tier asks for it
+(it costs seconds and needs the ``expecttest`` package), an OpInfo whose fields this code
+cannot use is reported with the reason, and nothing here fails at import time.
+
+Samples are drawn with a fixed seed inside a forked RNG (the global generator is left as
+it was), so the k-th sample of an op is the same in every run, on every xdist worker and
+in the reproduction a failure prints. A device faked through FakeTensorMode draws its
+samples on cpu and gets them moved onto the fake device, strides kept (fake tensors carry
+no values, and OpInfo's sample makers fill tensors in place, which a fake device without
+the hardware refuses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from amp_conformance.core import devices
+from amp_conformance.core.errors import describe_error
+
+MODULE = "torch.testing._internal.common_methods_invocations"
+#: the seed every op's samples are drawn with (its reproduction says so too)
+SEED = 0
+#: the default number of samples per op and build dtype (``--amp-opinfo-samples``)
+DEFAULT_SAMPLES = 2
+
+
+class OpDbUnavailable(RuntimeError):
+    """The running torch's op_db cannot be imported (a usage error, naming the fix)."""
+
+
+@functools.cache
+def op_db() -> tuple[Any, ...]:
+    """Every OpInfo of the running release, in op_db's order (imported on first use)."""
+    try:
+        module = importlib.import_module(MODULE)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the same usage error
+        hint = " (pip install expecttest)" if "expecttest" in str(exc) else ""
+        raise OpDbUnavailable(f"--amp-opinfo needs PyTorch's OpInfo database ({MODULE}), "
+                              f"which does not import here: {describe_error(exc)}{hint}") from None
+    db = getattr(module, "op_db", None)
+    if not isinstance(db, list) or not db:
+        raise OpDbUnavailable(f"--amp-opinfo: {MODULE} has no op_db list in torch {torch.__version__}")
+    return tuple(db)
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """An OpInfo by its name and variant: what an item's id says and a reproduction uses."""
+
+    name: str
+    variant: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-{self.variant}" if self.variant else self.name
+
+    def lookup(self) -> Any:
+        return _by_key()[(self.name, self.variant)]
+
+
+@functools.cache
+def _by_key() -> dict[tuple[str, str], Any]:
+    return {(op.name, getattr(op, "variant_test_name", "") or ""): op for op in op_db()}
+
+
+def refs() -> list[OpRef]:
+    """Every op of op_db, in op_db's order (stable: an item per op and amp dtype)."""
+    return [OpRef(name, variant) for name, variant in _by_key()]
+
+
+def supported(op: Any, device: str) -> frozenset[torch.dtype]:
+    """The dtypes OpInfo says the op supports on ``device`` (cpu's where it says nothing
+    of the device type)."""
+    for device_type in (device, "cpu"):
+        try:
+            return frozenset(op.supported_dtypes(device_type))
+        except Exception:  # noqa: BLE001 - an older/newer OpInfo without that device type
+            continue
+    return frozenset()
+
+
+def unusable(op: Any, device: str) -> str | None:
+    """Why the tier cannot use this OpInfo on ``device``, or None."""
+    if not callable(getattr(op, "sample_inputs", None)):
+        return "not applicable: this release's OpInfo has no sample_inputs"
+    if torch.float32 not in supported(op, device):
+        return f"not applicable: OpInfo lists no float32 support for this op on {device}"
+    return None
+
+
+@dataclass(frozen=True)
+class Form:
+    """One argument form of a sample: the sample's index in its build, the dtype its
+    floating tensors were built in, and whether it is the non-contiguous twin."""
+
+    index: int
+    build: torch.dtype
+    noncontiguous: bool = False
+
+    @property
+    def label(self) -> str:
+        parts = [f"sample{self.index}"]
+        if self.build != torch.float32:
+            parts.append(devices.dtype_name(self.build))
+        if self.noncontiguous:
+            parts.append("noncontiguous")
+        return "-".join(parts)
+
+
+def draw_device(device: str, fake: bool) -> str:
+    """Where samples are drawn: the device itself, or cpu for a faked device."""
+    return "cpu" if fake else device
+
+
+@contextlib.contextmanager
+def seeded(device: str) -> Iterator[None]:
+    """Inside: the generators ``device`` draws from seeded with :data:`SEED`; after: as they
+    were. (On cpu only the cpu generator: ``torch.manual_seed`` would also seed every lazy
+    device module, at a cost of a millisecond a call.)"""
+    host = device in ("cpu", "meta")
+    options = {"devices": []} if host else {"device_type": device}
+    with torch.random.fork_rng(**options):
+        if host:
+            torch.default_generator.manual_seed(SEED)
+        else:
+            torch.manual_seed(SEED)
+        yield
+
+
+def draw(op: Any, device: str, dtype: torch.dtype, limit: int | None) -> list[Any]:
+    """The first ``limit`` samples (all with None) of ``op`` in ``dtype``, seeded."""
+    with seeded(device):
+        return list(itertools.islice(samples_of(op, device, dtype), limit))
+
+
+def samples_of(op: Any, device: str, dtype: torch.dtype) -> Iterator[Any]:
+    """The op's sample generator itself: ``OpInfo.sample_inputs`` wraps it in an iterator
+    that reseeds torch before every sample from the calling test's name (found by walking
+    the stack, a millisecond a sample), so the generator's own seeding here is ours."""
+    func = getattr(op, "sample_inputs_func", None)
+    if callable(func):
+        return iter(func(op, device, dtype, False))
+    return iter(op.sample_inputs(device, dtype))
+
+
+def builds(op: Any, device: str, amp_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """float32, and the autocast dtype itself where OpInfo says the op supports it
+    (autocast passes a tensor already in its dtype on as it is, layout and all)."""
+    return (torch.float32, amp_dtype) if amp_dtype in supported(op, device) else (torch.float32,)
+
+
+def twins(sample: Any, form: Form) -> Any:
+    """The sample in ``form``: as drawn, or its non-contiguous twin."""
+    return sample.noncontiguous() if form.noncontiguous else sample
+
+
+def to_fake_device(sample: Any, device: str) -> Any:
+    """The sample with every tensor replaced by an empty one on ``device`` (call inside
+    FakeTensorMode), keeping shape, strides, dtype and requires_grad."""
+    def move(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if t.layout != torch.strided:
+            raise ValueError(f"a {t.layout} tensor cannot be moved onto the fake {device}")
+        moved = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+        return moved.requires_grad_(t.requires_grad)
+    return sample.transform(move)
+
+
+def forms(op: Any, device: str, fake: bool, amp_dtype: torch.dtype,
+          limit: int | None) -> Iterator[tuple[Form, Any]]:
+    """Every form of the op's first ``limit`` samples: (form, sample or the exception that
+    drawing it raised). Call inside the target's tensor context (FakeTensorMode)."""
+    where = draw_device(device, fake)
+    for build in builds(op, device, amp_dtype):
+        try:
+            samples = draw(op, where, build, limit)
+        except Exception as exc:  # noqa: BLE001 - reported per form, never hidden
+            yield Form(0, build), exc
+            continue
+        for index, sample in enumerate(samples):
+            for noncontiguous in (False, True):
+                form = Form(index, build, noncontiguous)
+                try:
+                    twin = twins(sample, form)
+                    yield form, (to_fake_device(twin, device) if fake else twin)
+                except Exception as exc:  # noqa: BLE001 - reported per form
+                    yield form, exc
+
+
+def call(op: Any, sample: Any) -> Any:
+    """The OpInfo's function variant on the sample, as OpInfo's own tests call it."""
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def reproduction(ref: OpRef, form: Form, device: str, fake: bool, amp_dtype: torch.dtype) -> str:
+    """Python that rebuilds the sample and runs it inside and outside autocast."""
+    dtype = devices.dtype_name(amp_dtype)
+    where = draw_device(device, fake)
+    twin = ".noncontiguous()" if form.noncontiguous else ""
+    moved = (f"  # drawn on {where}; the suite ran it on a fake {device}: run this where "
+             f"{device} is\nsample = sample.transform(lambda t: t.to({device!r}) if "
+             "isinstance(t, torch.Tensor) else t)\n") if fake else ""
+    return (
+        "import itertools, torch\n"
+        f"from {MODULE} import op_db\n"
+        f"op = next(o for o in op_db if (o.name, o.variant_test_name) == {(ref.name, ref.variant)!r})\n"
+        f"torch.manual_seed({SEED})\n"
+        f"samples = op.sample_inputs_func(op, {where!r}, torch.{devices.dtype_name(form.build)}, False)\n"
+        f"sample = next(itertools.islice(samples, {form.index}, None)){twin}\n"
+        f"{moved}"
+        f"with torch.autocast({device!r}, dtype=torch.{dtype}):\n"
+        "    inside = op(sample.input, *sample.args, **sample.kwargs)\n"
+        "outside = op(sample.input, *sample.args, **sample.kwargs)\n"
+        "print(inside, outside, sep='\\n')\n"
+    )
