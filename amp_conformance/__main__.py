@@ -12,6 +12,8 @@ import sys
 
 #: command name -> (module, one-line help)
 COMMANDS = {
+    "atlas": ("amp_conformance.tools.atlas",
+              "what autocast does to every op of PyTorch's op_db on cpu, cuda, xpu and mps"),
     "coverage": ("amp_conformance.tools.coverage",
                  "which overloads of a device's autocast policy the op lists exercise"),
     "discover": ("amp_conformance.tools.discover",

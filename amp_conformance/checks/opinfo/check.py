@@ -66,8 +66,9 @@ def summarize(case: OpinfoCase, verdicts: list[judge.Verdict]) -> dict[str, Any]
     }
 
 
-def verdicts_of(case: OpinfoCase) -> list[judge.Verdict]:
-    """Every sample form of the case, judged (inside the target's tensor context)."""
+def verdicts_of(case: OpinfoCase, first_only: bool = False) -> list[judge.Verdict]:
+    """Every sample form of the case, judged (inside the target's tensor context); with
+    ``first_only``, the first float32 sample as drawn alone (the atlas)."""
     op = case.ref.lookup()
     reason = source.unusable(op, case.target.device)
     if reason:
@@ -80,6 +81,8 @@ def verdicts_of(case: OpinfoCase) -> list[judge.Verdict]:
     with _quiet_fake_tensors(), case.target.tensors():
         for form, sample in source.forms(op, case.target.device, case.target.fake,
                                          case.amp_dtype, case.samples):
+            if first_only and form != source.Form(0, torch.float32):
+                break
             if isinstance(sample, Exception):
                 found.append(judge.Verdict(form, judge.NOT_APPLICABLE,
                                            detail=f"cannot build it here: {sample}"))

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import importlib
 import itertools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -140,7 +141,8 @@ def seeded(device: str) -> Iterator[None]:
 
 def draw(op: Any, device: str, dtype: torch.dtype, limit: int | None) -> list[Any]:
     """The first ``limit`` samples (all with None) of ``op`` in ``dtype``, seeded."""
-    with seeded(device):
+    with seeded(device), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sample makers warn (sparse CSR is beta, …)
         return list(itertools.islice(samples_of(op, device, dtype), limit))
 
 

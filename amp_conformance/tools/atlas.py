@@ -1,0 +1,142 @@
+"""``python -m amp_conformance atlas``: what autocast does to every op of op_db, per device.
+
+For each OpInfo of the running release and each device (the real one where it is here,
+else its policy through FakeTensorMode; cpu is always real), the first float32 sample is
+run under the device's default autocast dtype and judged by the OpInfo tier
+(:mod:`amp_conformance.checks.opinfo.judge`): **alone** (no autocast kernel entered),
+the policy of the overload it enters (**lower**, **fp32**, **promote**, …) or, for a
+composite, ``via`` the policies of the overloads its decomposition reaches, with the
+output dtypes; an error says so. ``docs/atlas.md`` is this page for the release the README
+names (``tests/test_atlas.py`` regenerates a slice of it); the nightly matrix keeps one per
+release, and ``--diff OLD.json NEW.json`` lists the ops whose cells changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from amp_conformance.checks.opinfo import check, judge, source
+from amp_conformance.checks.opinfo.reference import policy_table
+from amp_conformance.core import devices
+from amp_conformance.core.backend import BackendError, import_backend
+from amp_conformance.core.target import Target, fake_supported
+
+DEVICES = ("cpu", "cuda", "xpu", "mps")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--devices", default=",".join(DEVICES),
+                        help="comma-separated device types (default: %(default)s)")
+    parser.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
+                        help="import a backend first (its device can then be named); repeatable")
+    parser.add_argument("--oplist", action="append", default=[], metavar="PATH",
+                        help="an extra op list of the devices (the policy the atlas names); repeatable")
+    parser.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: all)")
+    parser.add_argument("--out", default=None, metavar="PATH.md", help="write the page here")
+    parser.add_argument("--json", default=None, metavar="PATH.json", help="write the cells as JSON")
+    parser.add_argument("--diff", nargs=2, default=None, metavar=("OLD.json", "NEW.json"),
+                        help="list the ops whose cells differ between two atlases, and exit")
+
+
+def target_of(device: str) -> Target:
+    """The real device where it is here (cpu always), else its policy faked."""
+    if device == "cpu" or devices.is_available(device):
+        return Target(device)
+    if not fake_supported(device):
+        raise SystemExit(f"atlas: {device} is not here and this torch registers no Autocast "
+                         "kernels for it to fake")
+    return Target(device, fake=True)
+
+
+def cell(ref: source.OpRef, target: Target, oplists: tuple[str, ...] = ()) -> str:
+    """What autocast does to the op's first float32 sample on ``target``, in a few words."""
+    amp = devices.default_amp_dtype(target.device)
+    case = check.OpinfoCase(target, amp, ref, samples=1, oplists=oplists)
+    try:
+        verdict = next(iter(check.verdicts_of(case, first_only=True)), None)
+    except check.NotApplicable:
+        return "—"
+    if verdict is None or verdict.outcome == judge.NOT_APPLICABLE:
+        return "—"
+    if verdict.outcome in (judge.CAPABILITY, judge.DEFECT, judge.FAILED):
+        word = {judge.DEFECT: f"error ({verdict.defect})"}.get(verdict.outcome, "error")
+        return f"{word}: {verdict.detail.split(':')[-1].strip()[:60]}"
+    dtypes = "/".join(dict.fromkeys(verdict.dtypes)) or "no tensor"
+    if verdict.kind == judge.ALONE:
+        return f"alone → {dtypes}"
+    rules = policy_table(target, amp, oplists).rules
+    policies = "+".join(dict.fromkeys(rules[n].policy if n in rules else "unlisted"
+                                      for n in verdict.entered))
+    if verdict.kind == judge.POLICY:
+        return f"{policies} → {dtypes}"
+    names = ", ".join(n.partition("::")[2] for n in verdict.entered[:3])
+    return f"via {policies} ({names}) → {dtypes}"
+
+
+def build(device_types: list[str], ops: list[str] | None = None,
+          oplists: tuple[str, ...] = ()) -> dict[str, Any]:
+    refs = [r for r in source.refs() if ops is None or r.id in ops]
+    targets = {d: target_of(d) for d in device_types}
+    return {"torch": torch.__version__,
+            "devices": {d: {"fake": t.fake, "amp_dtype": devices.dtype_name(
+                devices.default_amp_dtype(d))} for d, t in targets.items()},
+            "ops": {r.id: {d: cell(r, t, oplists) for d, t in targets.items()} for r in refs}}
+
+
+def markdown(atlas: dict[str, Any]) -> str:
+    heads = [f"{d} ({m['amp_dtype']}{', fake' if m['fake'] else ''})"
+             for d, m in atlas["devices"].items()]
+    lines = [f"# The autocast atlas: torch {atlas['torch']}", "",
+             "Generated by `python -m amp_conformance atlas --out docs/atlas.md --json "
+             "docs/atlas.json`; how to read it: README, \"The operator surface\".", "",
+             "| op | " + " | ".join(heads) + " |", "| --- " * (len(heads) + 1) + "|"]
+    for op, cells in atlas["ops"].items():
+        lines.append(f"| `{op}` | " + " | ".join(c.replace("|", "\\|") for c in cells.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One line per op and device whose cell changed (ops added or removed included)."""
+    lines = []
+    for op in sorted(set(old["ops"]) | set(new["ops"])):
+        a, b = old["ops"].get(op, {}), new["ops"].get(op, {})
+        for d in sorted(set(a) | set(b)):
+            if a.get(d) != b.get(d):
+                lines.append(f"{op} [{d}]: {a.get(d, 'absent')}  ->  {b.get(d, 'absent')}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.diff:
+        old, new = (json.loads(Path(p).read_text()) for p in args.diff)
+        changed = diff(old, new)
+        print(f"atlas drift torch {old['torch']} -> {new['torch']}: {len(changed)} cells changed")
+        print("\n".join(changed))
+        return 0
+    try:
+        for module in args.backend_module:
+            import_backend(module)
+        source.op_db()
+    except (BackendError, source.OpDbUnavailable) as exc:
+        print(f"atlas: {exc}", file=sys.stderr)
+        return 2
+    atlas = build([d.strip() for d in args.devices.split(",") if d.strip()],
+                  args.ops.split(",") if args.ops else None, tuple(args.oplist))
+    page = markdown(atlas)
+    for path in (args.out, args.json):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if args.out:
+        Path(args.out).write_text(page, encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(atlas, indent=1) + "\n", encoding="utf-8")
+    if not args.out and not args.json:
+        print(page, end="")
+    print(f"atlas: {len(atlas['ops'])} ops on {', '.join(atlas['devices'])}", file=sys.stderr)
+    return 0

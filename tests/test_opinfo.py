@@ -1,0 +1,156 @@
+"""The OpInfo tier (checks/opinfo): the reference autocast, the verdicts, the data file of
+departures, the option, the report's operator-surface table and the atlas."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
+
+from amp_conformance.checks.opinfo import check, judge, reference, source  # noqa: E402
+from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
+from amp_conformance.core.target import Target  # noqa: E402
+from amp_conformance.plugin.report.surface import markdown, operator_surface  # noqa: E402
+from amp_conformance.schema import departures  # noqa: E402
+from amp_conformance.schema.problems import OpListError  # noqa: E402
+from amp_conformance.tools import atlas  # noqa: E402
+from amp_conformance.tools.selftest.catalogue import CATALOGUE  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = Target("cpu")
+
+
+def test_the_reference_table_gives_each_cpu_overload_its_declared_policy():
+    table = reference.policy_table(CPU, torch.bfloat16)
+    assert table.rules["aten::mm"].policy == "lower"
+    assert table.rules["aten::cat"].policy == "promote"
+    assert table.rules["aten::linalg_inv"].policy == "fp32"
+    assert not table.conflicts
+
+
+def test_the_reference_casts_at_policy_overloads_and_leaves_the_rest_alone():
+    table = reference.policy_table(CPU, torch.bfloat16)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with reference.casting(table) as cast_at:
+        product = torch.matmul(a, b)  # composite on CPU autocast? matmul has its own kernel
+        sine = torch.sin(a)
+    assert product.dtype == torch.bfloat16 and sine.dtype == torch.float32
+    assert cast_at == ["aten::matmul"]
+    assert torch.mm(a, b).dtype == torch.float32  # nothing left registered in effect
+
+
+def test_promote_follows_the_widest_type_the_contract_intends():
+    half, bf = torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.bfloat16)
+    assert reference.promote_dtype(torch.bfloat16, (half, bf), "cpu") == torch.float32
+    assert reference.promote_dtype(torch.bfloat16, (bf, torch.ones(2, dtype=torch.float64)), "cpu") \
+        == torch.bfloat16
+
+
+@pytest.mark.parametrize("name, kind", [("addmm", judge.POLICY), ("sin", judge.ALONE),
+                                        ("nn.functional.bilinear", judge.ALONE)])
+def test_every_form_of_an_op_is_judged_with_its_kind(name, kind):
+    case = check.OpinfoCase(CPU, torch.bfloat16, source.OpRef(name), samples=1)
+    verdicts = check.verdicts_of(case)
+    assert {v.form.label for v in verdicts} >= {"sample0", "sample0-noncontiguous"}
+    assert all(v.outcome == judge.AGREES for v in verdicts), [v.detail for v in verdicts]
+    assert {v.kind for v in verdicts} == {kind}
+
+
+def test_a_dropped_keyword_fails_naming_the_form_and_a_reproduction_that_runs():
+    undo = CATALOGUE["opinfo-addmm-drops-beta-alpha"].apply()
+    try:
+        with pytest.raises(ConformanceFailure) as caught:
+            check.check(check.OpinfoCase(CPU, torch.bfloat16, source.OpRef("addmm"), samples=1),
+                        lambda *_: None)
+        message = str(caught.value)
+        assert "OpInfo addmm" in message and "sample0 (policy op)" in message
+        code = message.split("Reproduce the first:\n", 1)[1]
+        exec(compile(code, "<reproduction>", "exec"), {})  # runs as pasted
+    finally:
+        undo()
+
+
+def test_a_recorded_departure_is_the_defect_reproduced_not_a_pass_by_skip():
+    verdicts = check.verdicts_of(check.OpinfoCase(CPU, torch.bfloat16,
+                                                  source.OpRef("linalg.pinv", "singular"), samples=1))
+    assert {v.outcome for v in verdicts if v.form.build == torch.float32} == {judge.DEFECT}
+    assert {v.defect for v in verdicts if v.defect} == {"linalg-pinv-not-on-fp32-list"}
+
+
+def test_fake_samples_keep_their_layout():
+    sample = source.draw(source.OpRef("addmm").lookup(), "cpu", torch.float32, 1)[0].noncontiguous()
+    with Target("cuda", fake=True).tensors():
+        moved = source.to_fake_device(sample, "cuda")
+        assert moved.input.device.type == "cuda"
+        assert moved.input.stride() == sample.input.stride()
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[[departure]]\nop = "x"\ndefect = "nope"\nerror = "e"\nevidence = "seen"\n', "defect"),
+    ('[[departure]]\nop = "x"\ndefect = "linalg-pinv-not-on-fp32-list"\nevidence = "seen"\n', "error"),
+    ('[[incomparable]]\nop = "x"\nreason = "r"\ncolour = 1\n', "colour"),
+    ('[[departure]]\nop = "x"\ndefect = "linalg-pinv-not-on-fp32-list"\nerror = "e"\n'
+     'evidence = "s"\namp_dtypes = ["float8"]\n', "amp_dtypes"),
+])
+def test_a_malformed_departures_file_names_the_file_the_op_and_the_field(tmp_path, text, field):
+    path = tmp_path / "opinfo.toml"
+    path.write_text(text)
+    with pytest.raises(OpListError) as caught:
+        departures.parse(path)
+    assert caught.value.field == field and str(path) in str(caught.value) and "'x" in str(caught.value)
+
+
+def test_the_shipped_departures_file_parses():
+    known = departures.builtin()
+    assert departures.incomparable("empty_like", "")
+    assert [d.defect for d in known.departures] == ["linalg-pinv-not-on-fp32-list"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--amp-opinfo", "--amp-opinfo-samples", "x"], "expected a positive number of samples or 'all'"),
+    (["--amp-opinfo-samples", "2"], "--amp-opinfo-samples needs --amp-opinfo"),
+])
+def test_a_bad_sample_bound_is_a_usage_error(tmp_path, args, says):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "-q",
+                           "-p", "no:cacheprovider", *args], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 4 and says in proc.stderr + proc.stdout
+
+
+def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
+    results = [
+        {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "passed",
+         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 4}}},
+        {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "failed",
+         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 2, "failed": 2}}},
+        {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "skipped", "opinfo": None},
+        {"check": "policy", "amp_dtype": "bfloat16", "outcome": "passed"},
+    ]
+    table = operator_surface(results)
+    assert table["bfloat16"]["policy op"] == {"ops": 2, "items": {"passed": 1, "failed": 1},
+                                               "forms": {"agrees": 6, "failed": 2}}
+    assert table["bfloat16"]["not run here"]["ops"] == 1
+    assert "| bfloat16 | policy op | 2 | 1 | 1 | 0 | 6 | 0 | 0 | 0 | 2 |" in markdown(table)
+    assert operator_surface(results[3:]) is None
+
+
+def test_the_atlas_page_is_its_json_and_a_slice_of_it_is_current():
+    data = json.loads((ROOT / "docs" / "atlas.json").read_text())
+    assert (ROOT / "docs" / "atlas.md").read_text() == atlas.markdown(data)
+    assert set(data["ops"]) == {r.id for r in source.refs()} or data["torch"] != torch.__version__
+    if data["torch"] != torch.__version__:
+        pytest.skip(f"docs/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
+    ops = ["addmm", "sin", "linalg.pinv-singular", "softmax", "cat", "nn.functional.binary_cross_entropy"]
+    fresh = atlas.build(["cpu", "cuda"], ops)
+    assert {op: {d: data["ops"][op][d] for d in ("cpu", "cuda")} for op in ops} == fresh["ops"]
+
+
+def test_atlas_drift_lists_changed_cells():
+    old = {"torch": "a", "ops": {"mm": {"cpu": "lower → bfloat16"}, "sin": {"cpu": "alone → float32"}}}
+    new = {"torch": "b", "ops": {"mm": {"cpu": "fp32 → float32"}, "sin": {"cpu": "alone → float32"}}}
+    assert atlas.diff(old, new) == ["mm [cpu]: lower → bfloat16  ->  fp32 → float32"]
