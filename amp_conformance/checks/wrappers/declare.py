@@ -73,6 +73,10 @@ class RegionFactory:
     #: whether the object ``make`` returns also works as a function decorator (the
     #: decorator check)
     decorator: bool = False
+    #: why one region object cannot be entered twice (e.g. a generator-based context
+    #: manager, with its source line); empty: reusable. The reuse check holds a single-use
+    #: region to refusing a second entry, a reusable one to working as the first time
+    single_use: str = ""
     #: whether the region must clear the cast cache at its outermost exit (the cache check;
     #: False only for a wrapper that documents otherwise)
     clears_cache: bool = True
@@ -148,6 +152,8 @@ def validate(wrapper: Any) -> Wrapper:
         _require(isinstance(wrapper.noop_devices, Mapping) and all(
             isinstance(v, str) and v.strip() for v in wrapper.noop_devices.values()), name,
             "noop_devices", "expected {device: why it does nothing there}")
+        _require(isinstance(wrapper.single_use, str), name, "single_use",
+                 "expected why the region object is single-use, or an empty string")
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,

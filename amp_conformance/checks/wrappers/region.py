@@ -231,6 +231,31 @@ def check_decorator(case: WrapperCase) -> None:
     if len(seen) != 2:
         F.fail(case, F.DECORATOR, f"the decorated function ran {len(seen)} times in 2 calls",
                repro)
+    _decorated_raises(case)
+
+
+def _decorated_raises(case: WrapperCase) -> None:
+    """A decorated function that raises: the exception reaches the caller and the state
+    before the call is back."""
+    dev = case.device
+
+    def boom() -> None:
+        raise _Raised("raised inside the decorated function")
+    escaped = None
+    with kept(dev) as before:
+        try:
+            region(case)(boom)()
+        except _Raised as exc:
+            escaped = exc
+        changes = before.diff(AutocastState.capture(dev))
+    repro = [f"@{_make_line(case)}", "def f():", "    raise RuntimeError", "try:", "    f()",
+             "except RuntimeError:", "    pass", _print_state(dev)]
+    if escaped is None:
+        F.fail(case, F.DECORATOR_RAISES, "the decorated function's exception did not reach "
+               "the caller", repro)
+    if changes:
+        F.fail(case, F.DECORATOR_RAISES, [f"after the decorated function raised: {c}"
+                                          for c in changes], repro)
 
 
 def check_cache(case: WrapperCase) -> None:
