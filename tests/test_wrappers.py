@@ -37,7 +37,7 @@ def _ids(lines):
 BAD_REGION = [("name", "has space"), ("devices", ()), ("devices", ["cpu"]), ("make", None),
               ("precisions", {}), ("precisions", {"fp32": torch.float32}),
               ("float32", "fallback"), ("unknown", "ignore"), ("noop_devices", {"cpu": ""}),
-              ("single_use", None)]
+              ("single_use", None), ("ambient_dtype", ("not_a_precision",))]
 BAD_FORWARD = [("decorate", 3), ("cast_dtype", torch.int64), ("casts_on", ("cuda",)),
                ("extra_kwargs", {1: True}), ("decorate_backward", "custom_bwd")]
 
@@ -241,3 +241,48 @@ def test_the_report_has_a_wrappers_section(pytester):
             f"`bfloat16-restored`: {failure.RESTORED_EXCEPTION}") in text
     assert "| `torch.autocast` (region) |" in text
     assert 'id="wrappers"' in report.with_suffix(".html").read_text(encoding="utf-8")
+
+
+def _ambient(precision, device):
+    """torch.autocast with dtype=None for one name: the dtype already set when made."""
+    if precision == "ambient":
+        return torch.autocast(device)
+    return planted.autocast_region(precision, device)
+
+
+@pytest.mark.parametrize("check", [nesting.check_nest, nesting.check_threads,
+                                   nesting.check_reuse, region.check_nesting,
+                                   region.check_state])
+def test_a_region_declared_ambient_takes_the_dtype_already_set(check):
+    precisions = {"ambient": torch.bfloat16, "float16": torch.float16}
+    decl = dataclasses.replace(REGION, name="ambient", make=_ambient, precisions=precisions,
+                               ambient_dtype=("ambient",))
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,))
+                if c.precision == "ambient" and c.check == "state")
+    check(case)  # declared: passes
+    if check not in (region.check_state, nesting.check_reuse):  # made where bfloat16 is set
+        with pytest.raises(ConformanceFailure, match="dtype=float16; expected enabled=True, "
+                           "dtype=bfloat16"):
+            check(dataclasses.replace(case, wrapper=dataclasses.replace(decl, ambient_dtype=())))
+
+
+def _generator_region(precision, device):
+    import contextlib
+
+    @contextlib.contextmanager
+    def once():
+        with planted.autocast_region(precision, device):
+            yield
+    return once()
+
+
+def test_a_single_use_region_must_refuse_a_second_entry():
+    decl = dataclasses.replace(REGION, name="generator", make=_generator_region)
+    case = dataclasses.replace(_case(decl, "reuse"), precision="bfloat16")
+    with pytest.raises(ConformanceFailure, match=f"{failure.REUSE}\n.*the second entry raised"):
+        nesting.check_reuse(case)
+    single = dataclasses.replace(decl, single_use="a @contextmanager generator")
+    nesting.check_reuse(dataclasses.replace(case, wrapper=single))
+    with pytest.raises(ConformanceFailure, match=failure.SINGLE_USE):
+        nesting.check_reuse(dataclasses.replace(case, wrapper=dataclasses.replace(
+            REGION, single_use="claimed, yet torch.autocast can be entered again")))

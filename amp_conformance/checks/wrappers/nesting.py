@@ -39,10 +39,10 @@ _WAIT_S = 30.0
 
 
 def _inner_problem(case: WrapperCase, inner: str, seen: tuple[bool, torch.dtype],
-                   where: str) -> str | None:
+                   where: str, ambient: torch.dtype) -> str | None:
     """Whether the state inside the inner region is the one that region sets."""
     if inner == "wrapper":
-        return _state_problem(case, seen, where)
+        return _state_problem(case, seen, where, ambient)
     want = (True, other_dtype(case.amp_dtype)) if inner == "autocast" else (False, None)
     if seen[0] == want[0] and (want[1] is None or seen[1] == want[1]):
         return None
@@ -80,7 +80,8 @@ def check_nest(case: WrapperCase) -> None:
                     seen = _seen(dev)
                 changes = outer_state.diff(AutocastState.capture(dev))
             after = start.diff(AutocastState.capture(dev))
-        problems = [p for p in [_inner_problem(case, kind, seen, f"inside {inner_text}")] if p]
+        problems = [p for p in [_inner_problem(case, kind, seen, f"inside {inner_text}",
+                                               outer_state.dtype)] if p]
         problems += [f"inside {outer_text}, after {inner_text} exited: {c}" for c in changes]
         problems += [f"after {outer_text} exited: {c}" for c in after]
         if problems:
@@ -96,6 +97,7 @@ def check_reuse(case: WrapperCase) -> None:
              f"torch.set_autocast_dtype({dev!r}, <the other dtype>)", "with r:",
              f"    {_print_state(dev)}", _print_state(dev)]
     with kept(dev):
+        made = torch.get_autocast_dtype(dev)
         r = region(case)
         with r:
             pass
@@ -115,7 +117,7 @@ def check_reuse(case: WrapperCase) -> None:
             F.fail(case, F.SINGLE_USE, [f"after the refused entry: {c}" for c in changes], repro)
         return
     problems = [f"the second entry raised {describe_error(refused)}"] if refused else []
-    problem = seen and _state_problem(case, seen, "inside the second entry")
+    problem = seen and _state_problem(case, seen, "inside the second entry", made)
     problems += [problem] if problem else []
     problems += [f"after the second entry: {c}" for c in changes]
     if problems:
@@ -163,8 +165,10 @@ def check_threads(case: WrapperCase) -> None:
     peer.join(_WAIT_S)
     problems = [f"the other thread raised {describe_error(out['error'])}"] if "error" in out \
         else []
-    for who, state in (("this thread", seen), ("the other thread", out.get("seen"))):
-        problem = state and _state_problem(case, state, f"inside the region, {who}")
+    theirs = out["before"].dtype if "before" in out else None
+    for who, state, ambient in (("this thread", seen, before.dtype),
+                                ("the other thread", out.get("seen"), theirs)):
+        problem = state and _state_problem(case, state, f"inside the region, {who}", ambient)
         problems += [problem] if problem else []
     problems += [f"this thread, after its region: {c}" for c in changes]
     if "after" in out:
