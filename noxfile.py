@@ -157,6 +157,9 @@ WRAPPER_LIBRARIES = {
     "speechbrain": (["speechbrain", "torchaudio"], "speechbrain_decl"),
     "accelerate": (["accelerate"], "accelerate_decl"),
     "lightning": (["lightning"], "lightning_decl"),
+    "mmengine": (["mmengine"], "mmengine_decl"),
+    # ultralytics needs torchvision: the torchvision of torch's release, from the registry
+    "ultralytics": (["ultralytics"], "ultralytics_decl"),
 }
 WRAPPERS_TORCH = "2.13.0"
 #: a library that needs another torch: speechbrain imports torchaudio, whose newest release

@@ -7,7 +7,15 @@ import re
 import pytest
 import torch
 
-from amp_conformance.checks.wrappers import DeclarationError, failure, forward, region, validate
+from amp_conformance.checks.wrappers import (
+    DeclarationError,
+    failure,
+    forward,
+    forward_contract,
+    nesting,
+    region,
+    validate,
+)
 from amp_conformance.checks.wrappers.cases import WrapperCase, cases
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
@@ -28,7 +36,8 @@ def _ids(lines):
 
 BAD_REGION = [("name", "has space"), ("devices", ()), ("devices", ["cpu"]), ("make", None),
               ("precisions", {}), ("precisions", {"fp32": torch.float32}),
-              ("float32", "fallback"), ("unknown", "ignore"), ("noop_devices", {"cpu": ""})]
+              ("float32", "fallback"), ("unknown", "ignore"), ("noop_devices", {"cpu": ""}),
+              ("single_use", None), ("ambient_dtype", ("not_a_precision",))]
 BAD_FORWARD = [("decorate", 3), ("cast_dtype", torch.int64), ("casts_on", ("cuda",)),
                ("extra_kwargs", {1: True}), ("decorate_backward", "custom_bwd")]
 
@@ -111,12 +120,14 @@ def test_the_hook_declares_wrappers_and_a_bad_result_names_it(pytester):
 
 def test_the_reference_wrappers_pass_every_check(pytester):
     result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE", "-v", "-rs")
-    result.assert_outcomes(passed=17, skipped=1)
+    result.assert_outcomes(passed=29, skipped=1)
     ids = _ids(result.outlines)
-    for check in ("state", "restored", "nesting", "decorator", "cache", "policy"):
+    for check in ("state", "restored", "nesting", "decorator", "cache", "policy", "nest",
+                  "reuse", "threads", "cache_mix"):
         assert f"test_wrapper_region[cpu-float16-torch.autocast-float16-{check}]" in ids
     assert "test_wrapper_region[cpu-torch.autocast-unknown]" in ids
-    assert "test_wrapper_forward[cpu-torch.amp.custom_fwd-backward]" in ids
+    for check in ("casts", "inside", "backward", "outside", "eligible", "after", "grad"):
+        assert f"test_wrapper_forward[cpu-torch.amp.custom_fwd-{check}]" in ids
     result.stdout.fnmatch_lines(["*not applicable: torch.amp.custom_fwd declares no extra "
                                  "keyword*"])
 
@@ -135,6 +146,26 @@ PLANTED_BROKEN = [
      "enabled=True, dtype=bfloat16; expected enabled=False"),
     (planted.BACKWARD_OUTSIDE, forward.check_backward, "backward", failure.BACKWARD,
      "backward called inside torch.autocast(dtype=torch.float16) ran with (True, 'float16')"),
+    (planted.SKIPS_WHEN_ON, nesting.check_nest, "nest", failure.NEST,
+     "after decl.make('bfloat16', 'cpu') exited: enabled: True before, False after"),
+    (planted.STALE, nesting.check_reuse, "reuse", failure.REUSE,
+     "after the second entry: dtype: torch.float16 before, torch.bfloat16 after"),
+    (planted.SHARED_STACK, nesting.check_threads, "threads", failure.THREADS,
+     "the other thread, after its region (exited while this thread's was open): dtype"),
+    (planted.CLEARS_EVERY_EXIT, nesting.check_cache_mix, "cache_mix", failure.CACHE_OUTERMOST,
+     "the wrapper's region inside torch.autocast: the cached cast was released before"),
+    (planted.NO_FINALLY_DECORATOR, region.check_decorator, "decorator",
+     failure.DECORATOR_RAISES, "after the decorated function raised: enabled: False before"),
+    (planted.CASTS_OUTSIDE, forward_contract.check_outside, "outside", failure.OUTSIDE,
+     "positional 1 sent as bfloat16 arrived as float32, expected bfloat16"),
+    (planted.TOP_LEVEL_ONLY, forward_contract.check_eligible, "eligible", failure.CONTAINERS,
+     "positional 2[1]['inner'] sent as bfloat16 arrived as bfloat16, expected float32"),
+    (planted.CASTS_FLOAT64, forward_contract.check_eligible, "eligible", failure.UNTOUCHED,
+     "positional 3[0] sent as float64 arrived as float32, expected float64"),
+    (planted.DISABLES_WITHOUT_FINALLY, forward_contract.check_after, "after", failure.AFTER,
+     "after the forward raised: enabled: True before, False after"),
+    (planted.DETACHES, forward_contract.check_grad, "grad", failure.GRAD,
+     "does not require grad"),
 ]
 
 
@@ -160,7 +191,7 @@ def test_a_planted_wrapper_fails_its_suite_item(pytester):
 
 def test_the_mutants_plant_behind_the_sound_declaration_and_undo():
     names = [n for n in CATALOGUE if n.startswith("wrapper-")]
-    assert len(names) == 5
+    assert len(names) == 15
     case = _case(planted.PLANTED[0], "restored")
     region.check_restored(case)  # sound: the selftest's baseline
     undo = CATALOGUE["wrapper-leaks-dtype-after-exception"].apply()
@@ -206,7 +237,52 @@ def test_the_report_has_a_wrappers_section(pytester):
                        f"{PLANTED}:LEAKS_DTYPE", "--conformance-report", str(report))
     text = report.with_suffix(".md").read_text(encoding="utf-8")
     assert "### Wrappers" in text
-    assert (f"| `planted.leaks_dtype` (region) | torch {torch.__version__} | 12 | 2 | 0 | "
+    assert (f"| `planted.leaks_dtype` (region) | torch {torch.__version__} | 19 | 3 | 0 | "
             f"`bfloat16-restored`: {failure.RESTORED_EXCEPTION}") in text
     assert "| `torch.autocast` (region) |" in text
     assert 'id="wrappers"' in report.with_suffix(".html").read_text(encoding="utf-8")
+
+
+def _ambient(precision, device):
+    """torch.autocast with dtype=None for one name: the dtype already set when made."""
+    if precision == "ambient":
+        return torch.autocast(device)
+    return planted.autocast_region(precision, device)
+
+
+@pytest.mark.parametrize("check", [nesting.check_nest, nesting.check_threads,
+                                   nesting.check_reuse, region.check_nesting,
+                                   region.check_state])
+def test_a_region_declared_ambient_takes_the_dtype_already_set(check):
+    precisions = {"ambient": torch.bfloat16, "float16": torch.float16}
+    decl = dataclasses.replace(REGION, name="ambient", make=_ambient, precisions=precisions,
+                               ambient_dtype=("ambient",))
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,))
+                if c.precision == "ambient" and c.check == "state")
+    check(case)  # declared: passes
+    if check not in (region.check_state, nesting.check_reuse):  # made where bfloat16 is set
+        with pytest.raises(ConformanceFailure, match="dtype=float16; expected enabled=True, "
+                           "dtype=bfloat16"):
+            check(dataclasses.replace(case, wrapper=dataclasses.replace(decl, ambient_dtype=())))
+
+
+def _generator_region(precision, device):
+    import contextlib
+
+    @contextlib.contextmanager
+    def once():
+        with planted.autocast_region(precision, device):
+            yield
+    return once()
+
+
+def test_a_single_use_region_must_refuse_a_second_entry():
+    decl = dataclasses.replace(REGION, name="generator", make=_generator_region)
+    case = dataclasses.replace(_case(decl, "reuse"), precision="bfloat16")
+    with pytest.raises(ConformanceFailure, match=f"{failure.REUSE}\n.*the second entry raised"):
+        nesting.check_reuse(case)
+    single = dataclasses.replace(decl, single_use="a @contextmanager generator")
+    nesting.check_reuse(dataclasses.replace(case, wrapper=single))
+    with pytest.raises(ConformanceFailure, match=failure.SINGLE_USE):
+        nesting.check_reuse(dataclasses.replace(case, wrapper=dataclasses.replace(
+            REGION, single_use="claimed, yet torch.autocast can be entered again")))

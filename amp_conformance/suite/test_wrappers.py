@@ -6,13 +6,15 @@ Collected only where a declared wrapper claims the run's device (the plugin's
 ``pytest_ignore_collect``): the default run has no item of it.
 
 - ``test_wrapper_region``: a RegionFactory, per precision name (state, restored, nesting,
-  decorator, cache, policy) and once per wrapper (float32, unknown).
-- ``test_wrapper_forward``: a ForwardDecorator (casts or uncast, inside, kwargs, backward).
+  decorator, cache, policy, nest, reuse, threads, cache_mix) and once per wrapper (float32,
+  unknown).
+- ``test_wrapper_forward``: a ForwardDecorator (casts or uncast, inside, kwargs, backward,
+  outside, eligible, after, grad).
 """
 
 import pytest
 
-from amp_conformance.checks.wrappers import forward, region
+from amp_conformance.checks.wrappers import forward, forward_contract, nesting, region
 from amp_conformance.checks.wrappers.cases import WrapperCase, cases, not_applicable
 from amp_conformance.plugin import vendor
 from amp_conformance.plugin.session_settings import settings
@@ -41,10 +43,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 REGION = {"state": region.check_state, "restored": region.check_restored,
           "nesting": region.check_nesting, "decorator": region.check_decorator,
           "cache": region.check_cache, "float32": region.check_float32,
-          "unknown": region.check_unknown}
+          "unknown": region.check_unknown, "nest": nesting.check_nest,
+          "reuse": nesting.check_reuse, "threads": nesting.check_threads,
+          "cache_mix": nesting.check_cache_mix}
 FORWARD = {"casts": forward.check_casts, "uncast": forward.check_uncast,
            "inside": forward.check_inside, "kwargs": forward.check_kwargs,
-           "backward": forward.check_backward}
+           "backward": forward.check_backward, "outside": forward_contract.check_outside,
+           "eligible": forward_contract.check_eligible, "after": forward_contract.check_after,
+           "grad": forward_contract.check_grad}
 
 
 def test_wrapper_region(amp_wrapper_case: WrapperCase, amp_settings, record_property):

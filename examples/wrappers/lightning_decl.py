@@ -20,6 +20,12 @@ What they claim, from lightning 2.6.6:
   (accelerator_connector.py:478-483): so on CPU both mixed names claim bfloat16.
 
 None of them documents use as a function decorator (``decorator=False``).
+
+Single use. lightning.pytorch's ``forward_context`` is a generator-based context manager
+(``@contextmanager``, lightning/pytorch/plugins/precision/amp.py:119-123): the object it
+returns can be entered once, as Python's ``contextlib`` documents, so a second entry raises
+(``single_use``); ``autocast_context_manager()`` and Fabric's ``forward_context()`` return a
+``torch.autocast``, which can be entered again.
 """
 
 from __future__ import annotations
@@ -63,17 +69,22 @@ def trainer_forward_context(precision: str, device_type: str):
     return trainer.precision_plugin.forward_context()
 
 
-def _plugin(name: str, make, cache: bool = True) -> RegionFactory:
+#: lightning/pytorch/plugins/precision/amp.py:119-123 (see the module docstring)
+GENERATOR = "a @contextmanager generator (lightning/pytorch/plugins/precision/amp.py:119-123)"
+
+
+def _plugin(name: str, make, single_use: str = "") -> RegionFactory:
     return RegionFactory(name=name, make=make, devices=("cpu", "cuda"), precisions=PRECISIONS,
                          float32_names=(),  # the plugin takes no float32 name at all
                          unknown=ERROR,  # amp.py:46-50 (both packages): ValueError
-                         decorator=False, library="lightning", version=VERSION)
+                         decorator=False, single_use=single_use, library="lightning",
+                         version=VERSION)
 
 
 WRAPPERS = [
     _plugin("lightning.pytorch.MixedPrecision.autocast_context_manager",
             autocast_context_manager),
-    _plugin("lightning.pytorch.MixedPrecision.forward_context", forward_context),
+    _plugin("lightning.pytorch.MixedPrecision.forward_context", forward_context, GENERATOR),
     _plugin("lightning.fabric.MixedPrecision.forward_context", fabric_forward_context),
     RegionFactory(
         name="lightning.Trainer.precision_plugin.forward_context",
@@ -85,6 +96,7 @@ WRAPPERS = [
         float32=NOOP,
         unknown=ERROR,
         decorator=False,
+        single_use=GENERATOR,  # the plugin is lightning.pytorch's MixedPrecision
         library="lightning",
         version=VERSION,
     ),

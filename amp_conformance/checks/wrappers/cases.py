@@ -17,11 +17,13 @@ from amp_conformance.checks.wrappers.declare import ForwardDecorator, RegionFact
 from amp_conformance.core import devices
 
 #: a region factory's checks, once per precision name
-REGION_CHECKS = ("state", "restored", "nesting", "decorator", "cache", "policy")
+REGION_CHECKS = ("state", "restored", "nesting", "decorator", "cache", "policy", "nest",
+                 "reuse", "threads", "cache_mix")
 #: a region factory's checks, once per wrapper
 REGION_ONCE = ("float32", "unknown")
 #: a forward decorator's checks (``casts`` is ``uncast`` on a claimed device it does not cast on)
-FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward")
+FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward", "outside", "eligible", "after",
+                  "grad")
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,12 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
                 f"(--amp-dtype or the device's declared dtypes)")
     if case.check == "decorator" and not w.decorator:
         return f"not applicable: {w.name} declares decorator=False"
-    if case.check == "cache":
+    if case.check in ("cache", "cache_mix"):
         if not w.clears_cache:
             return f"not applicable: {w.name} declares clears_cache=False"
         if not cast_cache:
             return f"not applicable: {case.device} declares no cast cache"
-    if case.check in ("cache", "policy") and noop is not None:
+    if case.check in ("cache", "cache_mix", "policy") and noop is not None:
         return f"not applicable: {w.name} declares itself a no-op on {case.device} ({noop})"
     if case.check == "float32" and not w.float32_names:
         return f"not applicable: {w.name} declares no float32 name (float32_names is empty)"

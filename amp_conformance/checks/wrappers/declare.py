@@ -67,12 +67,21 @@ class RegionFactory:
     fallback_dtype: torch.dtype | None = None
     #: the name used to probe ``unknown`` (something no wrapper accepts)
     unknown_probe: str = "amp_conformance_not_a_precision"
+    #: precision names whose region takes the autocast dtype already set when it is made
+    #: (``torch.autocast`` with ``dtype=None``): inside another region that region's dtype,
+    #: elsewhere the thread's (``precisions`` gives the device default, the dtype expected
+    #: where nothing else was set)
+    ambient_dtype: tuple[str, ...] = ()
     #: device -> why the wrapper claims to do nothing there (a no-op by design): the checks
     #: hold it to leaving autocast off on that device instead of to autocast's state
     noop_devices: Mapping[str, str] = field(default_factory=dict)
     #: whether the object ``make`` returns also works as a function decorator (the
     #: decorator check)
     decorator: bool = False
+    #: why one region object cannot be entered twice (e.g. a generator-based context
+    #: manager, with its source line); empty: reusable. The reuse check holds a single-use
+    #: region to refusing a second entry, a reusable one to working as the first time
+    single_use: str = ""
     #: whether the region must clear the cast cache at its outermost exit (the cache check;
     #: False only for a wrapper that documents otherwise)
     clears_cache: bool = True
@@ -148,6 +157,11 @@ def validate(wrapper: Any) -> Wrapper:
         _require(isinstance(wrapper.noop_devices, Mapping) and all(
             isinstance(v, str) and v.strip() for v in wrapper.noop_devices.values()), name,
             "noop_devices", "expected {device: why it does nothing there}")
+        _require(isinstance(wrapper.ambient_dtype, tuple) and all(
+            n in wrapper.precisions for n in wrapper.ambient_dtype), name, "ambient_dtype",
+            "expected a tuple of names of precisions")
+        _require(isinstance(wrapper.single_use, str), name, "single_use",
+                 "expected why the region object is single-use, or an empty string")
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,

@@ -28,6 +28,18 @@ UNCAST = "passes inputs uncast on a device it does not cast on"
 INSIDE = "runs the forward in the autocast state it declares"
 KWARGS = "consumes its extra keywords"
 BACKWARD = "runs backward in the forward's autocast state"
+OUTSIDE = "is a no-op outside an enabled region (a disabled one included)"
+CONTAINERS = "casts the floating tensors inside lists, tuples and dicts, keeping their type"
+UNTOUCHED = "leaves float64, integer and bool tensors and non-tensor arguments untouched"
+AFTER = "gives the caller its autocast state back when the forward returns or raises"
+GRAD = "lets gradients through the cast to the caller's inputs, in their own dtype"
+NEST = ("keeps each region's state when nested inside itself or around torch.autocast, "
+        "enabled or disabled")
+REUSE = "the same region object entered again after it exits works as the first time"
+SINGLE_USE = "a region object declared single-use refuses a second entry"
+THREADS = "leaves another thread's autocast state alone"
+CACHE_OUTERMOST = "releases the cast cache only at the outermost exit of any nesting"
+DECORATOR_RAISES = "restores the autocast state when a decorated function raises"
 
 
 def where(case: WrapperCase) -> str:

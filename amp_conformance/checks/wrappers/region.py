@@ -53,10 +53,15 @@ def _make_line(case: WrapperCase, precision: str | None = None) -> str:
     return f"decl.make({precision or case.precision!r}, {case.device!r})"
 
 
-def expected(case: WrapperCase) -> tuple[bool, torch.dtype | None]:
-    """(enabled, dtype) the declaration promises inside the region (dtype None: any)."""
+def expected(case: WrapperCase, ambient: torch.dtype | None = None
+             ) -> tuple[bool, torch.dtype | None]:
+    """(enabled, dtype) the declaration promises inside the region (dtype None: any);
+    ``ambient``: the autocast dtype set when the region was entered, the dtype of a
+    precision declared in ``ambient_dtype``."""
     if case.device in case.wrapper.noop_devices:
         return False, None
+    if ambient is not None and case.precision in case.wrapper.ambient_dtype:
+        return True, ambient
     return True, case.amp_dtype
 
 
@@ -64,8 +69,9 @@ def _seen(device: str) -> tuple[bool, torch.dtype]:
     return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
 
 
-def _state_problem(case: WrapperCase, seen: tuple[bool, torch.dtype], what: str) -> str | None:
-    enabled, dtype = expected(case)
+def _state_problem(case: WrapperCase, seen: tuple[bool, torch.dtype], what: str,
+                   ambient: torch.dtype | None = None) -> str | None:
+    enabled, dtype = expected(case, ambient)
     if seen[0] == enabled and (dtype is None or seen[1] == dtype):
         return None
     want = f"enabled={enabled}" + (f", dtype={devices.dtype_name(dtype)}" if dtype else "")
@@ -81,10 +87,10 @@ def _print_state(device: str) -> str:
 
 def check_state(case: WrapperCase) -> None:
     """Inside the region autocast is on with the declared dtype (off on a no-op device)."""
-    with kept(case.device):
+    with kept(case.device) as before:
         with region(case):
             seen = _seen(case.device)
-    problem = _state_problem(case, seen, "inside the region")
+    problem = _state_problem(case, seen, "inside the region", before.dtype)
     if problem:
         F.fail(case, F.STATE, problem, [f"with {_make_line(case)}:",
                                         f"    {_print_state(case.device)}"])
@@ -198,7 +204,7 @@ def check_nesting(case: WrapperCase) -> None:
                     seen = _seen(dev)
                 changes = outer_state.diff(AutocastState.capture(dev))
             after = start.diff(AutocastState.capture(dev))
-        problem = _state_problem(case, seen, f"inside {text}")
+        problem = _state_problem(case, seen, f"inside {text}", outer_state.dtype)
         if problem and case.device not in case.wrapper.noop_devices:
             F.fail(case, F.STATE, problem, repro)
         if changes:
@@ -225,12 +231,38 @@ def check_decorator(case: WrapperCase) -> None:
             if changes:
                 F.fail(case, F.DECORATOR, [f"after call {call}: {c}" for c in changes], repro)
     for call, state in enumerate(seen, 1):
-        problem = _state_problem(case, state, f"inside the decorated function, call {call}")
+        problem = _state_problem(case, state, f"inside the decorated function, call {call}",
+                                 before.dtype)
         if problem:
             F.fail(case, F.DECORATOR, problem, repro)
     if len(seen) != 2:
         F.fail(case, F.DECORATOR, f"the decorated function ran {len(seen)} times in 2 calls",
                repro)
+    _decorated_raises(case)
+
+
+def _decorated_raises(case: WrapperCase) -> None:
+    """A decorated function that raises: the exception reaches the caller and the state
+    before the call is back."""
+    dev = case.device
+
+    def boom() -> None:
+        raise _Raised("raised inside the decorated function")
+    escaped = None
+    with kept(dev) as before:
+        try:
+            region(case)(boom)()
+        except _Raised as exc:
+            escaped = exc
+        changes = before.diff(AutocastState.capture(dev))
+    repro = [f"@{_make_line(case)}", "def f():", "    raise RuntimeError", "try:", "    f()",
+             "except RuntimeError:", "    pass", _print_state(dev)]
+    if escaped is None:
+        F.fail(case, F.DECORATOR_RAISES, "the decorated function's exception did not reach "
+               "the caller", repro)
+    if changes:
+        F.fail(case, F.DECORATOR_RAISES, [f"after the decorated function raised: {c}"
+                                          for c in changes], repro)
 
 
 def check_cache(case: WrapperCase) -> None:

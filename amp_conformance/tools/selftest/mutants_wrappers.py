@@ -61,3 +61,43 @@ register(Mutant(
     select="test_wrapper_forward and backward",
     options=OPTIONS,
 ))
+
+# issue 26: the whole custom_fwd contract, every nesting and reuse of a region
+_NEW = [
+    ("wrapper-region-skips-when-on", REGION, F.NEST, "nest", planted.skips_when_on,
+     "a region that enters nothing when autocast is already on in its dtype but turns it "
+     "off on exit: nested inside itself, the outer region loses autocast"),
+    ("wrapper-region-stale-on-reuse", REGION, F.REUSE, "reuse", planted.stale_region,
+     "a region object that saves the state to restore when made, not when entered"),
+    ("wrapper-region-shared-stack", REGION, F.THREADS, "threads", planted.shared_stack_region,
+     "a region whose saved states live on one process-wide stack: overlapping regions of "
+     "two threads restore each other's state"),
+    ("wrapper-region-clears-every-exit", REGION, F.CACHE_OUTERMOST, "cache_mix",
+     planted.clears_every_exit, "a region that clears the cast cache at every exit, "
+     "inner ones included"),
+    ("wrapper-region-decorator-no-finally", REGION, F.DECORATOR_RAISES, "decorator",
+     planted.no_finally_decorator, "a decorator form that restores the state only when the "
+     "function returns"),
+    ("wrapper-forward-casts-outside", FORWARD, F.OUTSIDE, "outside", planted.casts_outside,
+     "a forward decorator that casts and disables autocast outside any region too"),
+    ("wrapper-forward-top-level-only", FORWARD, F.CONTAINERS, "eligible",
+     planted.top_level_only, "a forward decorator that leaves tensors inside lists, tuples "
+     "and dicts uncast"),
+    ("wrapper-forward-casts-float64", FORWARD, F.UNTOUCHED, "eligible", planted.casts_float64,
+     "a forward decorator that casts float64 tensors too"),
+    ("wrapper-forward-disabled-after-raise", FORWARD, F.AFTER, "after",
+     planted.disables_without_finally, "a forward decorator that turns autocast off by hand "
+     "and back on only when the forward returns"),
+    ("wrapper-forward-detaches", FORWARD, F.GRAD, "grad", planted.detaches,
+     "a forward decorator whose casts are detached: no gradient reaches the inputs"),
+]
+for _name, _who, _promise, _check, _impl, _what in _NEW:
+    _slot = "make" if _who == REGION else "decorate"
+    register(Mutant(
+        name=_name,
+        description=_what,
+        apply=lambda slot=_slot, impl=_impl: planted.plant(**{slot: impl}),
+        expect=(_who, _promise),
+        select=f"test_wrapper_{'region' if _who == REGION else 'forward'} and {_check}",
+        options=OPTIONS,
+    ))

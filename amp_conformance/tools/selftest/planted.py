@@ -7,7 +7,10 @@ broken wrappers (the mutants of ``mutants_wrappers.py``).
   whose behaviour is the reference's until a mutant plants a broken implementation
   (:func:`plant`): the selftest's baseline runs them sound, each mutant's run broken.
 - ``LEAKS_DTYPE``, ``NEVER_CLEARS_CACHE``, ``FIRST_ARG_ONLY``, ``AUTOCAST_ON_INSIDE``,
-  ``BACKWARD_OUTSIDE``: each broken implementation declared on its own (``--wrapper
+  ``BACKWARD_OUTSIDE``, ``SKIPS_WHEN_ON``, ``STALE``, ``SHARED_STACK``,
+  ``CLEARS_EVERY_EXIT``, ``NO_FINALLY_DECORATOR``, ``CASTS_OUTSIDE``, ``TOP_LEVEL_ONLY``,
+  ``CASTS_FLOAT64``, ``DISABLES_WITHOUT_FINALLY``, ``DETACHES``: each broken
+  implementation declared on its own (``--wrapper
   amp_conformance.tools.selftest.planted:LEAKS_DTYPE``).
 """
 
@@ -57,6 +60,88 @@ class SwitchedRegion(contextlib.ContextDecorator):
         return False
 
 
+class SkipsWhenOn(SwitchedRegion):
+    """Enters nothing when autocast is already on in its dtype, yet turns it off on exit:
+    inside itself, the rest of the outer region runs without autocast."""
+
+    def __enter__(self) -> SwitchedRegion:
+        self.skipped = (torch.is_autocast_enabled(self.device)
+                        and torch.get_autocast_dtype(self.device) == self.dtype)
+        return self if self.skipped else super().__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.skipped:
+            torch.set_autocast_enabled(self.device, False)  # the bug
+            return False
+        return super().__exit__(*exc)
+
+
+class StaleRegion(SwitchedRegion):
+    """Saves the state to restore when it is made, not when it is entered: entered again
+    later, it restores a state that is long gone."""
+
+    def __init__(self, device: str, dtype: torch.dtype):
+        super().__init__(device, dtype)
+        self.saved = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+    def __enter__(self) -> SwitchedRegion:
+        super().__enter__()
+        self.prev = self.saved  # the bug
+        return self
+
+
+_SHARED_STACK: list[tuple[bool, torch.dtype]] = []
+
+
+class SharedStackRegion(SwitchedRegion):
+    """Keeps the states to restore on one process-wide stack instead of a per-thread one:
+    two threads' regions that overlap restore each other's state."""
+
+    def __enter__(self) -> SwitchedRegion:
+        super().__enter__()
+        _SHARED_STACK.append(self.prev)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.prev = _SHARED_STACK.pop()  # the bug: maybe another thread's
+        return super().__exit__(*exc)
+
+
+class ClearsEveryExit(SwitchedRegion):
+    """Clears the cast cache at every exit, not only the outermost one."""
+
+    def __exit__(self, *exc: Any) -> bool:
+        torch.clear_autocast_cache()  # the bug
+        return super().__exit__(*exc)
+
+
+class NoFinallyDecorator(SwitchedRegion):
+    """A decorator form of its own that restores the state only when the function returns."""
+
+    def __call__(self, fn: Callable) -> Callable:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.__enter__()
+            out = fn(*args, **kwargs)  # the bug: no try/finally
+            self.__exit__(None, None, None)
+            return out
+        return run
+
+
+def _switched(cls: type) -> Callable[[str, str], contextlib.AbstractContextManager]:
+    def make(precision: str, device: str) -> contextlib.AbstractContextManager:
+        if precision == "float32":
+            return torch.autocast(device, enabled=False)
+        return cls(device, PRECISIONS[precision])
+    return make
+
+
+skips_when_on = _switched(SkipsWhenOn)
+stale_region = _switched(StaleRegion)
+shared_stack_region = _switched(SharedStackRegion)
+clears_every_exit = _switched(ClearsEveryExit)
+no_finally_decorator = _switched(NoFinallyDecorator)
+
+
 def leaky_region(precision: str, device: str) -> contextlib.AbstractContextManager:
     if precision == "float32":
         return torch.autocast(device, enabled=False)
@@ -77,15 +162,31 @@ def custom_bwd(fn: Callable) -> Callable:
     return torch.amp.custom_bwd(fn, device_type=DEVICE)
 
 
-def _caster(only_first: bool, disable: bool) -> Callable[[Callable], Callable]:
+def _to_float32(t: torch.Tensor, float64: bool = False, detach: bool = False) -> Any:
+    floating = t.is_floating_point() and t.device.type == DEVICE
+    if not (floating if float64 else is_eligible(t, DEVICE)):  # float64: the bug
+        return t
+    return (t.detach() if detach else t).to(torch.float32)  # detach: the bug
+
+
+def _caster(only_first: bool = False, disable: bool = True, always: bool = False,
+            top_only: bool = False, float64: bool = False,
+            detach: bool = False) -> Callable[[Callable], Callable]:
+    """A custom_fwd of its own, with one optional bug per flag."""
+    def cast(t: Any) -> Any:
+        return _to_float32(t, float64, detach)
+
+    def top(value: Any) -> Any:
+        return cast(value) if isinstance(value, torch.Tensor) else value
+
     def decorate(fn: Callable) -> Callable:
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if not torch.is_autocast_enabled(DEVICE):
+            if not always and not torch.is_autocast_enabled(DEVICE):  # always: the bug
                 return fn(*args, **kwargs)
-            def cast(t: Any) -> Any:
-                return t.to(torch.float32) if is_eligible(t, DEVICE) else t
             if only_first:  # the bug: the other inputs are left as they are
                 args = (map_tensors(cast, args[0]), *args[1:])
+            elif top_only:  # the bug: tensors inside containers are left as they are
+                args, kwargs = tuple(map(top, args)), {k: top(v) for k, v in kwargs.items()}
             else:
                 args, kwargs = map_tensors(cast, args), map_tensors(cast, kwargs)
             region = torch.autocast(DEVICE, enabled=False) if disable else contextlib.nullcontext()
@@ -95,8 +196,26 @@ def _caster(only_first: bool, disable: bool) -> Callable[[Callable], Callable]:
     return decorate
 
 
-first_arg_only = _caster(only_first=True, disable=True)
-autocast_on_inside = _caster(only_first=False, disable=False)
+def disables_without_finally(fn: Callable) -> Callable:
+    """Casts like custom_fwd but turns autocast off by hand, back on only when the forward
+    returns: a forward that raises leaves the caller's region disabled."""
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_autocast_enabled(DEVICE):
+            return fn(*args, **kwargs)
+        args, kwargs = map_tensors(_to_float32, args), map_tensors(_to_float32, kwargs)
+        torch.set_autocast_enabled(DEVICE, False)
+        out = fn(*args, **kwargs)  # the bug: no try/finally around it
+        torch.set_autocast_enabled(DEVICE, True)
+        return out
+    return forward
+
+
+first_arg_only = _caster(only_first=True)
+autocast_on_inside = _caster(disable=False)
+casts_outside = _caster(always=True)
+top_level_only = _caster(top_only=True)
+casts_float64 = _caster(float64=True)
+detaches = _caster(detach=True)
 
 
 def no_backward_state(fn: Callable) -> Callable:
@@ -141,3 +260,14 @@ NEVER_CLEARS_CACHE = region_decl("planted.never_clears_cache", uncleared_region)
 FIRST_ARG_ONLY = forward_decl("planted.first_arg_only", first_arg_only, None)
 AUTOCAST_ON_INSIDE = forward_decl("planted.autocast_on_inside", autocast_on_inside, None)
 BACKWARD_OUTSIDE = forward_decl("planted.backward_outside", custom_fwd, no_backward_state)
+SKIPS_WHEN_ON = region_decl("planted.skips_when_on", skips_when_on)
+STALE = region_decl("planted.stale", stale_region)
+SHARED_STACK = region_decl("planted.shared_stack", shared_stack_region)
+CLEARS_EVERY_EXIT = region_decl("planted.clears_every_exit", clears_every_exit)
+NO_FINALLY_DECORATOR = region_decl("planted.no_finally_decorator", no_finally_decorator)
+CASTS_OUTSIDE = forward_decl("planted.casts_outside", casts_outside, None)
+TOP_LEVEL_ONLY = forward_decl("planted.top_level_only", top_level_only, None)
+CASTS_FLOAT64 = forward_decl("planted.casts_float64", casts_float64, None)
+DISABLES_WITHOUT_FINALLY = forward_decl("planted.disables_without_finally",
+                                        disables_without_finally, None)
+DETACHES = forward_decl("planted.detaches", detaches, None)
