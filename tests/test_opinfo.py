@@ -154,3 +154,15 @@ def test_atlas_drift_lists_changed_cells():
     old = {"torch": "a", "ops": {"mm": {"cpu": "lower → bfloat16"}, "sin": {"cpu": "alone → float32"}}}
     new = {"torch": "b", "ops": {"mm": {"cpu": "fp32 → float32"}, "sin": {"cpu": "alone → float32"}}}
     assert atlas.diff(old, new) == ["mm [cpu]: lower → bfloat16  ->  fp32 → float32"]
+
+
+def test_one_process_may_judge_one_device_after_another():
+    """The reference kernels serve one device's tables at a time (cpu, then fake cuda, then
+    cpu again once gave the second device the first one's kernels)."""
+    def outcomes(target, dtype, name):
+        case = check.OpinfoCase(target, dtype, source.OpRef(name), samples=1)
+        return {v.outcome for v in check.verdicts_of(case, first_only=True)}
+    for target, dtype, name in [(CPU, torch.bfloat16, "tensordot"),
+                                (Target("cuda", fake=True), torch.float16, "nn.functional.conv3d"),
+                                (CPU, torch.bfloat16, "tensordot")]:
+        assert outcomes(target, dtype, name) == {judge.AGREES}, (target, name)

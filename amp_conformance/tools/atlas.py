@@ -64,9 +64,12 @@ def cell(ref: source.OpRef, target: Target, oplists: tuple[str, ...] = ()) -> st
         return "—"
     if verdict is None or verdict.outcome == judge.NOT_APPLICABLE:
         return "—"
+    if verdict.detail.startswith("banned"):
+        return "banned: raises its error"
     if verdict.outcome in (judge.CAPABILITY, judge.DEFECT, judge.FAILED):
-        word = {judge.DEFECT: f"error ({verdict.defect})"}.get(verdict.outcome, "error")
-        return f"{word}: {verdict.detail.split(':')[-1].strip()[:60]}"
+        word = {judge.DEFECT: f"error ({verdict.defect})", judge.FAILED: "departs"}.get(
+            verdict.outcome, "error")
+        return f"{word}: {verdict.detail.rpartition('raises ')[2][:70]}"
     dtypes = "/".join(dict.fromkeys(verdict.dtypes)) or "no tensor"
     if verdict.kind == judge.ALONE:
         return f"alone → {dtypes}"
@@ -86,7 +89,14 @@ def build(device_types: list[str], ops: list[str] | None = None,
     return {"torch": torch.__version__,
             "devices": {d: {"fake": t.fake, "amp_dtype": devices.dtype_name(
                 devices.default_amp_dtype(d))} for d, t in targets.items()},
-            "ops": {r.id: {d: cell(r, t, oplists) for d, t in targets.items()} for r in refs}}
+            "ops": _cells(refs, targets, oplists)}
+
+
+def _cells(refs: list[source.OpRef], targets: dict[str, Target],
+           oplists: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Device by device (one device's observers and reference kernels at a time)."""
+    by_device = {d: {r.id: cell(r, t, oplists) for r in refs} for d, t in targets.items()}
+    return {r.id: {d: by_device[d][r.id] for d in targets} for r in refs}
 
 
 def markdown(atlas: dict[str, Any]) -> str:

@@ -85,8 +85,8 @@ def run(fn: Callable[[], Any], device: str, fake: bool) -> Run:
 def kind_of(op: Any, entered: tuple[str, ...]) -> str:
     if not entered:
         return ALONE
-    aten = getattr(op, "aten_name", None) or op.name.replace(".", "_")
-    return POLICY if entered[0].partition("::")[2].partition(".")[0] == aten else COMPOSITE
+    names = {getattr(op, "aten_name", None) or op.name.replace(".", "_"), op.name.rpartition(".")[2]}
+    return POLICY if entered[0].partition("::")[2].partition(".")[0] in names else COMPOSITE
 
 
 def _dtypes(out: Any) -> tuple[str, ...]:

@@ -201,8 +201,17 @@ def _on_device(device: str, args: tuple, kwargs: dict) -> bool:
                for t in tree_leaves((args, kwargs)))
 
 
+_INSTALLED_FOR: list[str] = []  # the device whose tables the registered kernels serve
+
+
 def install(table: PolicyTable) -> None:
-    """Register the reference kernels of the table's overloads (once each per process)."""
+    """Register the reference kernels of the table's overloads (once each per process and
+    device: a table of another device first removes the kernels of the last one, which
+    otherwise keep serving that device's overloads, seen with cpu then fake cuda)."""
+    if _INSTALLED_FOR and _INSTALLED_FOR[0] != table.device:
+        release()
+    if not _INSTALLED_FOR:
+        _INSTALLED_FOR.append(table.device)
     if None not in _LIBRARIES:
         fallback = torch.library.Library("_", "IMPL", REFERENCE_KEY)
         fallback.fallback(torch.library.fallthrough_kernel)
@@ -224,6 +233,7 @@ def release() -> None:
     while _LIBRARIES:
         _LIBRARIES.popitem()[1]._destroy()
     _KERNELS.clear()
+    _INSTALLED_FOR.clear()
 
 
 @contextlib.contextmanager
