@@ -174,12 +174,14 @@ class ReportWriter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
-            self._event({"event": "collected", "count": len(session.items)})
+            self._event({"event": "collected", "count": len(session.items),
+                         "items": [[i.nodeid, check_of(i)] for i in session.items]})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.acc.collected is None:
-            self._event({"event": "collected", "count": len(ids)})
+            self._event({"event": "collected", "count": len(ids),
+                         "items": [[nodeid, None] for nodeid in ids]})
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._event({"event": "deselected", "count": len(items)})
