@@ -151,6 +151,12 @@ def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path, h
     assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
     second = json.loads((tmp_path / "r.2.json").read_text())
     assert len(second["results"]) == lost["not_run"]
+    # the workers' -k deselection reaches the controller's report; the merged one keeps the
+    # user's selection (the second child's deselection adds the items the first ran)
+    total = run["collected"] + run["deselected"]
+    assert run["deselected"] == lost["deselected"] > 0
+    assert second["run"]["collected"] + second["run"]["deselected"] == total
+    assert data["options"]["keyword"] == SELECT[-1]
 
 
 # -- in process: a healthy device, CPU without a probe, a malformed hook ------------------

@@ -37,6 +37,8 @@ ITEM_PROPERTY = "amp_item"
 OBSERVED_PROPERTY = "amp_observed"
 #: an item's reference-defect verdict (amp_conformance.checks.defects.PROPERTY)
 DEFECT_PROPERTY = "amp_defect"
+#: an xdist worker's count of deselected items, in its ``workeroutput``
+WORKER_DESELECTED = "amp_deselected"
 
 
 def _requested(config: pytest.Config) -> str | None:
@@ -98,6 +100,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.user_properties.append((ITEM_PROPERTY, item_info(item)))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """On an xdist worker: count the items ``-k``/``-m``/``--amp-resume`` deselected, for the
+    controller, which never sees a worker's deselection (:meth:`ReportWriter.pytest_testnodedown`)."""
+    config = items[0].config if items else None
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output[WORKER_DESELECTED] = output.get(WORKER_DESELECTED, 0) + len(items)
+
+
 # -- gathering -----------------------------------------------------------------------
 
 
@@ -133,6 +145,7 @@ class ReportWriter:
         self.acc = Accumulator()
         self.journal: Journal | None = None
         self.written: list[Path] = []
+        self.worker_deselected = False
 
     def _event(self, event: dict[str, Any]) -> None:
         if self.journal is not None:
@@ -185,6 +198,14 @@ class ReportWriter:
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._event({"event": "deselected", "count": len(items)})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Every xdist worker deselects the same items: the first to end says how many."""
+        count = getattr(node, "workeroutput", {}).get(WORKER_DESELECTED)
+        if count and not self.worker_deselected:
+            self.worker_deselected = True
+            self._event({"event": "deselected", "count": count})
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._event({"event": "start", "nodeid": nodeid})
