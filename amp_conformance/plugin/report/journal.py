@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amp_conformance.checks import registry
+from amp_conformance.core import registry
 from amp_conformance.plugin.report.banner import blamed_op
 
 SCHEMA = "amp-conformance-report/1"
