@@ -306,7 +306,7 @@ def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
                                                        key=lambda kv: (-kv[1], kv[0])))
     assert f"{run['not_run']} items not run ({families})." in last, last
     assert last.endswith("It gave up restarting: the device is dead: 3 processes in a row lost "
-                         "it (or died) in their first item."), last
+                         "it (or died) in their first item, no op blamed."), last
     assert "runs the rest in a fresh process" not in last
 
 
@@ -336,3 +336,23 @@ def test_forty_faulty_ops_read_as_forty_ops():
                                                                         for i in range(40)]
     assert banner.blamed_op("RuntimeError: FAULT: device lost (sticky) in aten::baddbmm.") == \
         "aten::baddbmm"
+
+
+def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
+    """Every item of test_cache_interactions calls mm: with mm's kernel faulty each process
+    loses the device in its first item, but the probe blames aten::mm each time, so the
+    run goes on (a dead device is one no op is blamed for) and completes."""
+    log = tmp_path / "calls.txt"
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--", "--pyargs",
+         "amp_conformance.suite.test_cache_interactions", "--device", "cpu", "--backend-module",
+         "amp_fault", "-p", "amp_fault_health", "-p", "no:cacheprovider", "-q", "-k", "bfloat16"],
+        cwd=tmp_path, env=_env("persistent", AMP_FAULT_OPS="mm", AMP_FAULT_LOG=str(log)),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
+    assert len(callers) > supervised.DEAD_AFTER and data["run"]["processes"] == len(callers)
+    assert data["run"]["status"] == "completed" and "gave_up" not in data["run"]
+    assert {n for n, o in _outcomes(data).items() if o == "failed"} == callers

@@ -17,7 +17,9 @@ process and judges it from outside, by its conformance report:
   died is followed by a fresh one that runs the items no child has started yet
   (``--amp-resume``), as pytest-xdist replaces a crashed worker, for as long as the
   children make progress: the run gives up only when ``--dead-after`` children in a row
-  (default 3) stopped in their first item (the device is dead for everything), when
+  (default 3) stopped in their first item with no op blamed by the health probe (the
+  device is dead for everything; a loss blamed on an op is a faulty kernel, whose callers
+  may come in a row), when
   ``--time-budget`` seconds are spent, or after ``--max-restarts`` restarts if the user
   sets a cap (a kernel that loses the device on every call thus costs one restart per
   item that calls it, never the rest of the run); the report at ``PATH.json`` then merges the children's
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.plugin.health import DEVICE_LOST
-from amp_conformance.plugin.report.banner import restart_note, run_warning
+from amp_conformance.plugin.report.banner import blamed_op, restart_note, run_warning
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
 
@@ -80,7 +82,7 @@ class Limits:
         ``in_a_row`` processes having stopped in their first item, ``elapsed`` s in; or None."""
         if in_a_row >= self.dead_after:
             return (f"the device is dead: {in_a_row} processes in a row lost it (or died) in "
-                    "their first item")
+                    "their first item, no op blamed")
         if self.max_restarts is not None and restarts >= self.max_restarts:
             return f"no restart left (--max-restarts {self.max_restarts})"
         if self.time_budget is not None and elapsed >= self.time_budget:
@@ -103,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "progress; 0: never)")
     parser.add_argument("--dead-after", type=_positive_int, default=DEAD_AFTER, metavar="N",
                         help="stop when N processes in a row lose the device (or die) in their "
-                             f"first item: the device is dead for everything (default {DEAD_AFTER})")
+                             "first item with no op blamed by the health probe: the device is "
+                             f"dead for everything (default {DEAD_AFTER})")
     parser.add_argument("--time-budget", type=float, default=None, metavar="S",
                         help="start no fresh process once the run has taken S seconds "
                              "(default: none)")
@@ -275,6 +278,15 @@ def _ran(path: Path) -> int:
     return len(replay(journal).started) if journal.is_file() else 0
 
 
+def _no_progress(path: Path, run_: dict[str, Any]) -> bool:
+    """Whether a child that stopped tells of a dead device: it ran no item beyond the one it
+    stopped in, and the health probe blamed no op for it. A probe that names an op
+    (``… in aten::mm``) tells of a faulty kernel, whose callers may well come in a row (a
+    family whose every item calls mm): each still runs once; the rest of the run goes on."""
+    first = (run_.get("lost") or [{}])[0]
+    return _ran(path) <= 1 and blamed_op(first.get("reason")) is None
+
+
 def _children(command: list[str], report: Path, hang: float, limits: Limits
               ) -> tuple[list[tuple[Path, int, dict[str, Any]]], bool, str | None]:
     """Run children until one ends its selection, nothing is left, or :class:`Limits` says
@@ -295,7 +307,7 @@ def _children(command: list[str], report: Path, hang: float, limits: Limits
             break
         started, selected = _started([p for p, _, _ in parts])
         left = selected - len(started)
-        in_a_row = in_a_row + 1 if _ran(path) <= 1 else 0  # no item beyond the one it stopped in
+        in_a_row = in_a_row + 1 if _no_progress(path, run_) else 0
         gave_up = limits.give_up(len(parts) - 1, in_a_row, time.monotonic() - begun)
         if left > 0 and gave_up:
             break
