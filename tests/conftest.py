@@ -35,13 +35,15 @@ def fake_tensors_fail(device: str) -> str | None:
     """Why FakeTensorMode cannot make a tensor of ``device`` here, or None when it can.
 
     Older torch (2.11) makes a real tensor of a fake cuda/xpu device whenever CUDA or XPU
-    is available (``init_gpu_context``): a fake xpu tensor on a CUDA machine then raises
-    "Torch not compiled with XPU enabled"."""
+    is available (``init_gpu_context``): a fake xpu tensor on a CUDA machine then raised
+    "Torch not compiled with XPU enabled"; ``core/target.py`` skips that call for an absent
+    device, and this asks the suite's own context."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from amp_conformance.core.target import Target
 
     try:
-        with FakeTensorMode():
+        with Target(device, fake=True).tensors():  # as the suite makes them
             torch.empty(1, device=device)
     except Exception as exc:  # noqa: BLE001 - the reason is the skip's
         return (f"torch {torch.__version__} cannot make a fake {device} tensor here: "

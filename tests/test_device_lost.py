@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from amp_conformance.plugin import health
-from amp_conformance.plugin.report import journal, render
+from amp_conformance.plugin.report import banner, journal, render
 from amp_conformance.tools import run as supervised
 
 FAULTS = Path(__file__).parent / "faults"
@@ -30,11 +30,13 @@ SELECT = ["--pyargs", "amp_conformance.suite.test_oplist", "--device", "cpu",
           "--backend-module", "amp_fault", "-p", "amp_fault_health", "-p", "no:cacheprovider",
           "-q", "-k", "bfloat16 and torch_16 and (test_policy or test_outside)"]
 POISON = "test_policy[cpu-bfloat16-torch_16-mm]"
+#: SELECT widened to a test function that calls each op a second time (numerics)
+PERSISTENT_K = "bfloat16 and torch_16 and (test_policy or test_outside or test_numerics)"
 LOST = "DEVICE LOST during this item: the device health probe raised RuntimeError: FAULT: device lost"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, AMP_FAULT="lost")
+def _env(fault: str = "lost", **more: str) -> dict[str, str]:
+    env = dict(os.environ, AMP_FAULT=fault, **more)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAULTS), env.get("PYTHONPATH")]))
     return env
 
@@ -47,12 +49,25 @@ def _pytest(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, d
     return proc, json.loads(report.read_text())
 
 
-def _supervised(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _supervised(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
+                run_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run", f"--report={report}",
-                           "--", *SELECT, *extra], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+                           *run_args, "--", *SELECT, *extra], cwd=tmp_path, env=env or _env(),
+                          capture_output=True, text=True, timeout=300)
     return proc, json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> dict[str, str]:
+    """Each item's outcome on a sound device (AMP_FAULT unset: no kernel replaced), so that
+    a restarted run is held to it, this machine's skips (oneDNN's LSTM on AVX2) included."""
+    where = tmp_path_factory.mktemp("healthy")
+    env = {k: v for k, v in _env().items() if k != "AMP_FAULT"}
+    subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-k", PERSISTENT_K,
+                    f"--conformance-report={where / 'r.json'}"], cwd=where, env=env,
+                   capture_output=True, timeout=300)
+    return _outcomes(json.loads((where / "r.json").read_text()))
 
 
 def _outcomes(data: dict) -> dict[str, str]:
@@ -71,11 +86,15 @@ def _assert_stopped_at_the_poison(data: dict, worker: bool) -> None:
     assert run["status"] == "device lost" and run["exitstatus"] == health.DEVICE_LOST
     assert run["lost_after"].endswith(POISON) and len(run["lost"]) == 1
     assert run["lost_on"].startswith("gw") if worker else run["lost_on"] is None
-    assert run["not_run"] > 0 and len(data["results"]) + run["not_run"] == run["collected"]
+    assert run["not_run"] > 0 and len(data["results"]) == run["collected"]
+    not_run = [r for r in data["results"] if r["outcome"] == "not run"]
+    assert len(not_run) == run["not_run"] == sum(run["not_run_families"].values())
+    # a check, or where an xdist controller heard only ids and none of it ran, the test's name
+    assert set(run["not_run_families"]) <= {"policy", "outside", "test_policy", "test_outside"}
     poisoned = [r for r in data["results"] if r["nodeid"].endswith(POISON)]
     assert len(poisoned) == 1 and poisoned[0]["outcome"] == "failed"
     assert poisoned[0]["message"].startswith(LOST), poisoned[0]["message"]
-    assert set(_outcomes(data).values()) == {"failed", "passed"}
+    assert set(_outcomes(data).values()) <= {"failed", "passed", "skipped", "not run"}
     assert data["summary"]["failed"] == 1
 
 
@@ -83,17 +102,17 @@ def test_plain_serial_run_stops_where_the_device_was_lost(tmp_path):
     proc, data = _pytest(tmp_path)
     assert proc.returncode == health.DEVICE_LOST, proc.stdout + proc.stderr
     _assert_stopped_at_the_poison(data, worker=False)
-    before = [n for n, o in _outcomes(data).items() if n != POISON]
+    before = [n for n, o in _outcomes(data).items() if n != POISON and o != "not run"]
     assert before and all(n.startswith("test_policy") for n in before)  # collected before it
     banner = _banner(tmp_path / "r.md")
     assert banner.startswith(f"> **DEVICE LOST after {data['run']['lost_after']}: "
-                             f"{data['run']['not_run']} items not run."), banner
+                             f"{data['run']['not_run']} items not run (outside 21, policy 16)."), banner
     assert f"no pass rate: {data['run']['not_run']} items not run" in (tmp_path / "r.md").read_text()
     assert '<p class="banner fail"><strong>DEVICE LOST after' in (tmp_path / "r.html").read_text()
     assert f"DEVICE LOST after ::{POISON}" in proc.stdout.replace("suite/test_oplist.py", "")
 
 
-def test_supervised_serial_run_goes_on_in_a_fresh_process(tmp_path):
+def test_supervised_serial_run_goes_on_in_a_fresh_process(tmp_path, healthy):
     proc, data = _supervised(tmp_path)
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -104,13 +123,15 @@ def test_supervised_serial_run_goes_on_in_a_fresh_process(tmp_path):
     assert run["not_run"] == 0 and len(data["results"]) == run["collected"]
     assert [r["kind"] for r in run["restarts"]] == ["device lost"]
     outcomes = _outcomes(data)
-    assert outcomes.pop(POISON) == "failed" and set(outcomes.values()) == {"passed"}
+    assert outcomes.pop(POISON) == "failed"
+    assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
+    assert set(outcomes.values()) <= {"passed", "skipped"}  # never "not run"
     assert _banner(tmp_path / "r.md").startswith(
         f"> **DEVICE LOST after {run['restarts'][0]['after']}: that item failed, once, and every "
         "other item ran in a sound process (2 processes).")
 
 
-def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path):
+def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path, healthy):
     """The first process is a plain ``pytest -n 2`` run: the worker that lost its device
     stops, the other's verdicts stand, what the first never ran is not run; the second
     process runs exactly those."""
@@ -121,14 +142,21 @@ def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path):
     lost = first["run"]
     assert _banner(tmp_path / "r.1.md").startswith(
         f"> **DEVICE LOST after {lost['lost_after']} on {lost['lost_on']}: "
-        f"{lost['not_run']} items not run."), _banner(tmp_path / "r.1.md")
+        f"{lost['not_run']} items not run ("), _banner(tmp_path / "r.1.md")
     run = data["run"]
     assert run["status"] == "completed" and run["restarts"][0]["on"] == lost["lost_on"]
     assert len(data["results"]) == run["collected"] == lost["collected"]
     outcomes = _outcomes(data)
-    assert outcomes.pop(POISON) == "failed" and set(outcomes.values()) == {"passed"}
+    assert outcomes.pop(POISON) == "failed"
+    assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
     second = json.loads((tmp_path / "r.2.json").read_text())
     assert len(second["results"]) == lost["not_run"]
+    # the workers' -k deselection reaches the controller's report; the merged one keeps the
+    # user's selection (the second child's deselection adds the items the first ran)
+    total = run["collected"] + run["deselected"]
+    assert run["deselected"] == lost["deselected"] > 0
+    assert second["run"]["collected"] + second["run"]["deselected"] == total
+    assert data["options"]["keyword"] == SELECT[-1]
 
 
 # -- in process: a healthy device, CPU without a probe, a malformed hook ------------------
@@ -235,3 +263,96 @@ def test_supervised_verdict_of_a_device_lost_with_no_restart_left():
     assert code == health.DEVICE_LOST
     assert line.startswith("amp-conformance run: DEVICE LOST after s.py::test_x[mm] on gw3: 7 items "
                            "not run."), line
+
+
+# -- a kernel that loses the device on every call; a device dead from the start -----------
+
+
+def test_a_persistent_kernel_fault_is_run_around_with_default_options(tmp_path, healthy):
+    """AMP_FAULT=persistent: baddbmm's kernel loses the device in every process. With no
+    option the run completes: each item that calls it failed once, the rest as on a sound
+    device, and the ending names the op once, not each item."""
+    log = tmp_path / "calls.txt"
+    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K,
+                             env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
+    assert len(callers) == 2  # test_policy and test_numerics of baddbmm
+    run = data["run"]
+    assert run["status"] == "completed" and run["not_run"] == 0
+    assert run["processes"] == len(callers) + 1 and len(data["results"]) == run["collected"]
+    outcomes = _outcomes(data)
+    assert {n for n, o in outcomes.items() if o == "failed"} == callers
+    assert {n: o for n, o in outcomes.items() if n not in callers} == {
+        n: o for n, o in healthy.items() if n not in callers}
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "DEVICE LOST in aten::baddbmm (2 items): each of those items failed, once" in last, last
+    assert "- `aten::baddbmm`: 2 items: " in (tmp_path / "r.md").read_text()
+
+
+def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
+    """AMP_FAULT=dead: every process loses its device in its first item. The run gives up
+    after --dead-after (3) processes in a row, names why, and lists the rest as not run."""
+    proc, data = _supervised(tmp_path, env=_env("dead"))
+    assert proc.returncode == health.DEVICE_LOST, proc.stdout + proc.stderr
+    run = data["run"]
+    assert run["status"] == "device lost" and run["exitstatus"] == health.DEVICE_LOST
+    assert run["processes"] == supervised.DEAD_AFTER and len(run["restarts"]) == 2
+    assert run["gave_up"].startswith("the device is dead: 3 processes in a row lost it")
+    assert run["not_run"] == run["collected"] - 3 == sum(run["not_run_families"].values())
+    assert sum(r["outcome"] == "not run" for r in data["results"]) == run["not_run"]
+    last = proc.stdout.strip().splitlines()[-1]
+    families = ", ".join(f"{k} {v}" for k, v in sorted(run["not_run_families"].items(),
+                                                       key=lambda kv: (-kv[1], kv[0])))
+    assert f"{run['not_run']} items not run ({families})." in last, last
+    assert last.endswith("It gave up restarting: the device is dead: 3 processes in a row lost "
+                         "it (or died) in their first item, no op blamed."), last
+    assert "runs the rest in a fresh process" not in last
+
+
+def test_restarts_follow_progress_and_stop_only_when_told():
+    limits = supervised.Limits()
+    assert limits.give_up(restarts=500, in_a_row=2, elapsed=1e6) is None  # no fixed cap
+    assert "device is dead" in limits.give_up(restarts=2, in_a_row=3, elapsed=0)
+    assert "--max-restarts 4" in supervised.Limits(max_restarts=4).give_up(4, 0, 0)
+    assert "--time-budget 60 s" in supervised.Limits(time_budget=60).give_up(1, 0, 61)
+
+
+def test_dead_after_must_be_a_positive_whole_number(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run", "--dead-after", "0",
+                           "--", "--co"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "expected a whole number of at least 1, not '0'" in proc.stderr
+
+
+def test_forty_faulty_ops_read_as_forty_ops():
+    restarts = [{"kind": "device lost", "after": f"t.py::test_{k}[op{i}]", "on": None,
+                 "how": f"probe raised … in aten::op{i}", "op": f"aten::op{i}"}
+                for i in range(40) for k in ("policy", "numerics", "legacy", "backward")]
+    note = banner.restart_note({"run": {"restarts": restarts, "processes": 161}})
+    assert note.startswith("40 ops lost the device: DEVICE LOST in aten::op0 (4 items); ")
+    assert note.count("DEVICE LOST") == 40 and "t.py::" not in note
+    assert list(banner.lost_by_op({"run": {"restarts": restarts}})) == [f"aten::op{i}"
+                                                                        for i in range(40)]
+    assert banner.blamed_op("RuntimeError: FAULT: device lost (sticky) in aten::baddbmm.") == \
+        "aten::baddbmm"
+
+
+def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
+    """Every item of test_cache_interactions calls mm: with mm's kernel faulty each process
+    loses the device in its first item, but the probe blames aten::mm each time, so the
+    run goes on (a dead device is one no op is blamed for) and completes."""
+    log = tmp_path / "calls.txt"
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--", "--pyargs",
+         "amp_conformance.suite.test_cache_interactions", "--device", "cpu", "--backend-module",
+         "amp_fault", "-p", "amp_fault_health", "-p", "no:cacheprovider", "-q", "-k", "bfloat16"],
+        cwd=tmp_path, env=_env("persistent", AMP_FAULT_OPS="mm", AMP_FAULT_LOG=str(log)),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
+    assert len(callers) > supervised.DEAD_AFTER and data["run"]["processes"] == len(callers)
+    assert data["run"]["status"] == "completed" and "gave_up" not in data["run"]
+    assert {n for n, o in _outcomes(data).items() if o == "failed"} == callers

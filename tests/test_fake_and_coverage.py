@@ -418,3 +418,25 @@ def test_derived_list_inherits_relabelled_entries_minus_drops():
     assert all(e.device == "xpu" for e in xpu.entries)
     assert {d.id for d in xpu.drops} >= {"cudnn_convolution", "cudnn_convolution_transpose"}
     assert all(d.reason for d in xpu.drops)
+
+
+def test_a_fake_tensor_of_an_absent_device_starts_no_real_device(monkeypatch, absent_device):
+    """torch 2.11's FakeTensorMode made a real tensor of a fake cuda/xpu tensor's device
+    whenever CUDA or XPU was available (``init_gpu_context``): fake xpu on a CUDA host raised
+    "Torch not compiled with XPU enabled". Emulated by a context starter that raises so;
+    the suite's fake context never calls it for the absent device, and puts it back."""
+    from torch._subclasses import fake_tensor
+
+    from amp_conformance.core.target import Target
+
+    calls = []
+
+    def starts_a_real_device(device):
+        calls.append(device)
+        raise RuntimeError(f"Torch not compiled with {device.type.upper()} enabled")
+
+    monkeypatch.setattr(fake_tensor, "init_gpu_context", starts_a_real_device)
+    with Target(absent_device, fake=True).tensors():
+        made = torch.empty(2, device=absent_device) * 2
+    assert made.device.type == absent_device and calls == []
+    assert fake_tensor.init_gpu_context is starts_a_real_device

@@ -1,204 +1,34 @@
-"""The registry of checks: every family of conformance checks, declared once.
+"""The registry of checks, as the suite reads it: :mod:`amp_conformance.core.registry`
+(its home, below the schema) re-exported, with the not-applicable rules that live in checks
+modules attached. Import the registry from here wherever those rules matter (parametrization);
+the schema imports ``core.registry`` for the names alone.
 
-A check's name is what the suite function's ``@pytest.mark.amp_check(name)`` says, what an
-op-list ``skip`` may name with ``check = "..."``, a column of the report and what a vendor's
-capabilities can switch off. Parametrization, skip validation, capabilities and the report
-all read this table, so adding a check is one :func:`register` call plus one suite function.
-
-This module imports nothing of the suite but :mod:`amp_conformance.core`, so the schema
-(which validates skip keys against it) can import it without a cycle.
+A new check's row (``register(Check(...))``) goes in ``core/registry.py``, so that the schema
+knows its name; a row registered here works too, but only once this module is imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from amp_conformance.checks.backward import not_applicable as _backward
+from amp_conformance.checks.compile.per_entry import not_applicable as _compiled_policy
+from amp_conformance.core.registry import (
+    BEGIN,
+    END,
+    REGISTRY,
+    Check,
+    UnknownCheck,
+    attach,
+    get,
+    markdown,
+    names,
+    register,
+)
 
-from amp_conformance.core import devices
+__all__ = ["BEGIN", "END", "REGISTRY", "Check", "UnknownCheck", "attach", "get", "markdown",
+           "names", "register"]
 
-
-@dataclass(frozen=True)
-class Check:
-    """One family of checks.
-
-    Fields, and who reads them:
-
-    - ``name``: the ``amp_check`` marker of its suite functions; op-list ``skip.check``;
-      report column and ``check`` field (``plugin.report``).
-    - ``doc``: one line for ``docs/architecture.md`` and ``--help`` style listings.
-    - ``per_entry``: parametrized over op-list entries (``amp_case``: one item per device,
-      amp dtype and entry) rather than per amp dtype (``amp_dtype``); the report's op
-      matrix shows per-entry checks as columns (``plugin.parametrize``, ``plugin.report``).
-    - ``needs_values``: compares values, so it does not apply to fake tensors; its items are
-      generated and skipped with that reason under ``--fake`` (``plugin.parametrize``).
-    - ``capability``: a vendor capability it needs (``--capabilities``); a device that
-      declares it absent gets every item of the check skipped with the declared reason
-      (``plugin.vendor``).
-    - ``not_applicable``: for per-entry checks, why the check does not apply to a case
-      (``Case`` -> reason or None), beyond the entry's own skips and version bounds.
-    """
-
-    name: str
-    doc: str
-    per_entry: bool = False
-    needs_values: bool = False
-    capability: str | None = None
-    not_applicable: Callable[[Any], str | None] | None = None
-
-
-REGISTRY: dict[str, Check] = {}
-
-
-class UnknownCheck(KeyError):
-    """A check name that no registry row declares."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def register(check: Check) -> Check:
-    if check.name in REGISTRY:
-        raise ValueError(f"check {check.name!r} registered twice")
-    REGISTRY[check.name] = check
-    return check
-
-
-def get(name: str) -> Check:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise UnknownCheck(f"unknown check {name!r}; registered: {', '.join(REGISTRY)}") from None
-
-
-def names(per_entry: bool | None = None) -> tuple[str, ...]:
-    """Registered check names in registration order (only per-entry ones, or only others)."""
-    return tuple(c.name for c in REGISTRY.values() if per_entry is None or c.per_entry == per_entry)
-
-
-BEGIN = "<!-- checks: generated from amp_conformance/checks/registry.py -->"
-END = "<!-- end of generated checks -->"
-
-
-def markdown() -> str:
-    """The table of registered checks, as README shows it (checked by tests/test_readme.py)."""
-    rows = ["| check | items | needs values | capability | what it checks |",
-            "| --- | --- | --- | --- | --- |"]
-    for c in REGISTRY.values():
-        items = "per op-list entry" if c.per_entry else "per device / amp dtype"
-        rows.append(f"| `{c.name}` | {items} | {'yes' if c.needs_values else 'no'} | "
-                    f"{c.capability or '—'} | {c.doc} |")
-    return "\n".join(rows) + "\n"
-
-
-# -- the not-applicable rules of the per-entry checks ---------------------------------
-
-_FAKE_NO_VALUES = "not applicable in --fake mode: fake tensors carry no values to compare"
-_BANNED_NO_OUTPUT = "not applicable: a banned op has no output under autocast"
-
-
-def _numerics(case: Any) -> str | None:
-    if case.target.fake:
-        return _FAKE_NO_VALUES
-    if case.entry.policy == "banned":
-        return _BANNED_NO_OUTPUT
-    return None
-
-
-def _outside(case: Any) -> str | None:
-    if case.entry.policy == "banned":
-        return "not applicable: the policy check of a banned op also runs it outside autocast"
-    return None
-
-
-def _legacy(case: Any) -> str | None:
-    device = case.target.device
-    if devices.legacy_autocast(device) is None:
-        return f"not applicable: {device} has no legacy torch.{device}.amp.autocast"
-    if case.target.fake:
-        return "not applicable in --fake mode: the legacy entry point needs the device"
-    if case.entry.policy == "banned":
-        return _BANNED_NO_OUTPUT
-    return None
-
-
-# -- the checks ------------------------------------------------------------------------
-
-register(Check("policy", "inside autocast every variant of an entry gives the expected dtypes, "
-               "and the variants agree; a banned op raises its error", per_entry=True))
-register(Check("numerics", "the autocast output equals a control run with autocast off on "
-               "inputs cast by hand", per_entry=True, needs_values=True, not_applicable=_numerics))
-register(Check("outside", "outside autocast the call runs in its input dtypes, untouched",
-               per_entry=True, not_applicable=_outside))
-register(Check("legacy", "the deprecated torch.<device>.amp.autocast gives torch.autocast's "
-               "result and warns", per_entry=True, needs_values=True, not_applicable=_legacy))
-register(Check("cast_cache", "a float32 parameter is cast once per outermost region, and only "
-               "then", needs_values=True, capability="cast_cache"))
-register(Check("eligibility", "only floating, non-float64 tensors of the device are cast"))
-register(Check("regions", "region nesting, enabled=False, the decorator form and the default "
-               "dtype restore the autocast state exactly"))
-register(Check("errors", "bad autocast calls raise or warn with the documented message"))
-register(Check("custom_fwd", "torch.amp.custom_fwd/custom_bwd cast inputs and carry the "
-               "forward's state into backward"))
-register(Check("properties", "Hypothesis properties: the region stack machine and the "
-               "eligibility of each cast policy"))
-register(Check("coverage", "every overload of the device's autocast policy is covered by an "
-               "entry or excluded with a reason"))
-# -- autocast in training, device-generic (issue #12 part A; checks/training) ----------
-register(Check("checkpoint", "torch.utils.checkpoint recomputes in the forward's autocast "
-               "state and matches the un-checkpointed outputs and gradients"))
-register(Check("threads", "autocast state is per thread, the cast cache is cleared for every "
-               "thread, backward threads see the caller's autocast state"))
-register(Check("cache_interactions", "the cast cache with inference_mode, no_grad/grad "
-               "passes, retain_graph and many no_grad iterations"))
-register(Check("rnn_modules", "LSTM/GRU/RNN modules under autocast: output dtypes, float32 "
-               "grads of float32 parameters"))
-register(Check("api_surface", "legacy and device-module autocast getters, setters and "
-               "decorators agree with torch.autocast's state"))
-register(Check("gradscaler", "GradScaler: the unscale and update-scale kernels against plain "
-               "ops and a model, the scaler's contract, scaled training against a control"))
-register(Check("gradscaler_fused", "GradScaler with fused=True SGD/Adam/AdamW: scaled training "
-               "against a control, an inf skips its step", needs_values=True,
-               capability="fused_optimizers"))
-register(Check("gradscaler_sparse", "GradScaler with sparse gradients, including uncoalesced "
-               "float16 ones whose sum overflows", needs_values=True, capability="sparse_grads"))
-# -- torch.compile and torch.export under autocast (issue #14; checks/compile) ----------
-
-
-def _compiled_policy(case: Any) -> str | None:
-    from amp_conformance.checks.compile.per_entry import not_applicable  # no import cycle
-
-    return not_applicable(case)
-
-
-register(Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
-               "nested, decorator, legacy, graph break, exception, ambient changes) and kept "
-               "by torch.export give eager's dtypes, values and state", capability="compile"))
-register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's policy check "
-               "compiled agrees with eager in dtype and value", per_entry=True,
-               capability="compile", not_applicable=_compiled_policy))
-
-# -- gradients through autocast, per entry (issue #12 part B; checks/backward.py) -----------
-
-
-def _backward(case: Any) -> str | None:
-    from amp_conformance.checks.backward import not_applicable  # no import cycle
-
-    return not_applicable(case)
-
-
-register(Check("backward", "gradients through autocast (backward outside the region) reach "
-               "every float32 input in its dtype and equal the hand-cast control's",
-               per_entry=True, needs_values=True, not_applicable=_backward))
-
-# -- the autocast wrappers libraries ship, opt-in (issue 21; checks/wrappers) ------------
-register(Check("wrappers", "opt-in (--wrapper MODULE:NAME): a library's autocast region "
-               "factory or forward decorator keeps its declaration and autocast's contract"))
-
-# -- the operator surface: every OpInfo sample, opt-in (issue 25; checks/opinfo) ----------
-register(Check("opinfo", "opt-in (--amp-opinfo): every sample form of every OpInfo of the "
-               "running release's op_db: no new errors inside autocast, the declared policy's "
-               "dtypes and values where a call enters policy kernels, eager's where none"))
+attach("compiled_policy", _compiled_policy)
+attach("backward", _backward)
 
 if __name__ == "__main__":  # python -m amp_conformance.checks.registry: print the table
     print(markdown(), end="")

@@ -54,8 +54,37 @@ def _fake_tensors(device: str) -> Iterator[None]:
             # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
             # portable path on both, so their results do not depend on how torch was built.
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+        if not devices.is_available(device):
+            stack.enter_context(_no_real_context_for(device))
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         yield
+
+
+@contextlib.contextmanager
+def _no_real_context_for(device: str) -> Iterator[None]:
+    """Keep FakeTensorMode from making a real ``device`` tensor when ``device`` is absent.
+
+    torch 2.11's ``init_gpu_context`` makes a real tensor of a fake cuda/xpu tensor's device
+    whenever CUDA or XPU is available, so a fake xpu tensor on a CUDA host raised "Torch not
+    compiled with XPU enabled" (newer torch asks whether the device is the current
+    accelerator). An absent device has no context to initialize: its call is skipped, every
+    other device's goes to torch's own function, which is put back on exit."""
+    from torch._subclasses import fake_tensor
+
+    original = getattr(fake_tensor, "init_gpu_context", None)
+    if original is None:
+        yield
+        return
+
+    def init_gpu_context(dev: torch.device) -> None:
+        if torch.device(dev).type != device:
+            original(dev)
+
+    fake_tensor.init_gpu_context = init_gpu_context
+    try:
+        yield
+    finally:
+        fake_tensor.init_gpu_context = original
 
 
 @contextlib.contextmanager

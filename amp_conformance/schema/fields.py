@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks import registry
-from amp_conformance.core import generated, hardware
+from amp_conformance.core import generated, hardware, registry
 from amp_conformance.schema import validators as v
 from amp_conformance.schema.categories import CATEGORIES, NAMESPACES
 from amp_conformance.schema.defects import Defect, parse_use

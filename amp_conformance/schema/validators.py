@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from amp_conformance.checks import registry
+from amp_conformance.core import registry
 from amp_conformance.schema import argspec
 
 #: The autocast dtypes an entry or a skip may name.

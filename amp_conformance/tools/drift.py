@@ -78,7 +78,7 @@ def _key(result: Mapping[str, Any], device: str) -> tuple[str, str, str]:
 
 
 #: the outcomes a result may have (docs/report-schema.md; "unfinished": the run stopped in it)
-OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "unfinished")
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "unfinished", "not run")
 #: top-level keys drift reads, and their types (each optional: older reports lack some)
 _META: dict[str, type | tuple[type, ...]] = {
     "torch": str, "device": str, "fake": bool, "amp_dtypes": list, "numerics": str}

@@ -15,15 +15,21 @@ process and judges it from outside, by its conformance report:
   marked crashed, naming the item that was running;
 - a child that lost its device (exit status 6, :mod:`amp_conformance.plugin.health`) or
   died is followed by a fresh one that runs the items no child has started yet
-  (``--amp-resume``), as pytest-xdist replaces a crashed worker, at most
-  ``--max-restarts`` times; the report at ``PATH.json`` then merges the children's
+  (``--amp-resume``), as pytest-xdist replaces a crashed worker, for as long as the
+  children make progress: the run gives up only when ``--dead-after`` children in a row
+  (default 3) stopped in their first item with no op blamed by the health probe (the
+  device is dead for everything; a loss blamed on an op is a faulty kernel, whose callers
+  may come in a row), when
+  ``--time-budget`` seconds are spent, or after ``--max-restarts`` restarts if the user
+  sets a cap (a kernel that loses the device on every call thus costs one restart per
+  item that calls it, never the rest of the run); the report at ``PATH.json`` then merges the children's
   journals (each child's own report is kept as ``PATH.1.json``, ``PATH.2.json``, …): the
   item a child lost its device or died in failed, once, and every other item ran in a
   process whose device was sound;
 - the exit status is 0 only when pytest exited 0, the report says the run completed and
   at least one check executed; 1 when a restarted run completed with a failure (the item
   that lost the device or died is one); else pytest's own non-zero status, 6 for a device
-  lost with no restart left, or 3 for a run that crashed, was killed, or said 0 while its
+  lost when the run gave up restarting, or 3 for a run that crashed, was killed, or said 0 while its
   report was incomplete.
 """
 
@@ -36,11 +42,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from amp_conformance.plugin.health import DEVICE_LOST
-from amp_conformance.plugin.report.banner import restart_note, run_warning
+from amp_conformance.plugin.report.banner import blamed_op, restart_note, run_warning
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
 
@@ -48,6 +55,39 @@ DEFAULT_REPORT = "amp-conformance-report/report.json"
 INCOMPLETE = 3
 #: how a child's run may stop that a fresh process can go on from
 RESTARTABLE = ("device lost", "crashed")
+#: processes in a row that stop in their first item before the device counts as dead
+DEAD_AFTER = 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When the supervised run stops starting fresh processes, besides running out of items."""
+
+    max_restarts: int | None = None
+    dead_after: int = DEAD_AFTER
+    time_budget: float | None = None
+
+    def give_up(self, restarts: int, in_a_row: int, elapsed: float) -> str | None:
+        """Why no fresh process should start after ``restarts`` restarts, the last
+        ``in_a_row`` processes having stopped in their first item, ``elapsed`` s in; or None."""
+        if in_a_row >= self.dead_after:
+            return (f"the device is dead: {in_a_row} processes in a row lost it (or died) in "
+                    "their first item, no op blamed")
+        if self.max_restarts is not None and restarts >= self.max_restarts:
+            return f"no restart left (--max-restarts {self.max_restarts})"
+        if self.time_budget is not None and elapsed >= self.time_budget:
+            return f"the time budget ran out (--time-budget {self.time_budget:g} s)"
+        return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,10 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-timeout", type=float, default=None, metavar="S",
                         help="kill the run when it makes no progress for this long "
                              "(default: the item timeout plus 120 s)")
-    parser.add_argument("--max-restarts", type=int, default=4, metavar="N",
+    parser.add_argument("--max-restarts", type=int, default=None, metavar="N",
                         help="start at most N fresh processes after one that lost its device "
-                             "or died, each running the items not yet started (default 4; 0: "
-                             "never)")
+                             "or died (default: no fixed cap, restart while processes make "
+                             "progress; 0: never)")
+    parser.add_argument("--dead-after", type=_positive_int, default=DEAD_AFTER, metavar="N",
+                        help="stop when N processes in a row lose the device (or die) in their "
+                             "first item with no op blamed by the health probe: the device is "
+                             f"dead for everything (default {DEAD_AFTER})")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="S",
+                        help="start no fresh process once the run has taken S seconds "
+                             "(default: none)")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="arguments for pytest, after --, e.g. -- --device cuda")
 
@@ -180,12 +227,13 @@ def verdict(returncode: int, data: dict[str, Any]) -> tuple[int, str]:
         return returncode, f"amp-conformance run: completed, pytest {_describe_exit(returncode)}"
     if status == "completed":
         return returncode or 5, "amp-conformance run: " + (run_warning(data) or "no check executed")
+    gave_up = f" It gave up restarting: {run['gave_up']}." if run.get("gave_up") else ""
     if status == "device lost":
-        return DEVICE_LOST, f"amp-conformance run: {run_warning(data)}"
+        return DEVICE_LOST, f"amp-conformance run: {run_warning(data)}{gave_up}"
     where = f" in {run['running']}" if run.get("running") else ""
     how = run.get("how") or run.get("interrupted_by") or _describe_exit(returncode)
     code = returncode if returncode not in (0, None) and status == "interrupted" else INCOMPLETE
-    return code, f"amp-conformance run: {status}{where} ({how}); the report is no verdict"
+    return code, f"amp-conformance run: {status}{where} ({how}); the report is no verdict{gave_up}"
 
 
 def _files(report: Path) -> list[Path]:
@@ -224,13 +272,30 @@ def _merged(parts: list[tuple[Path, int, dict[str, Any]]], settled: bool) -> dic
                    or _describe_exit(code)) for path, code, data in parts], settled)
 
 
-def _children(command: list[str], report: Path, hang: float, max_restarts: int
-              ) -> tuple[list[tuple[Path, int, dict[str, Any]]], bool]:
-    """Run children until one ends its selection, nothing is left, or the restarts are
-    spent: (path, exit status, report) of each, and whether the last stopped (lost its
-    device or died) in the last item left, so that every item has an outcome."""
+def _ran(path: Path) -> int:
+    """How many items the child that wrote ``path`` started."""
+    journal = journal_path(path)
+    return len(replay(journal).started) if journal.is_file() else 0
+
+
+def _no_progress(path: Path, run_: dict[str, Any]) -> bool:
+    """Whether a child that stopped tells of a dead device: it ran no item beyond the one it
+    stopped in, and the health probe blamed no op for it. A probe that names an op
+    (``… in aten::mm``) tells of a faulty kernel, whose callers may well come in a row (a
+    family whose every item calls mm): each still runs once; the rest of the run goes on."""
+    first = (run_.get("lost") or [{}])[0]
+    return _ran(path) <= 1 and blamed_op(first.get("reason")) is None
+
+
+def _children(command: list[str], report: Path, hang: float, limits: Limits
+              ) -> tuple[list[tuple[Path, int, dict[str, Any]]], bool, str | None]:
+    """Run children until one ends its selection, nothing is left, or :class:`Limits` says
+    to give up: (path, exit status, report) of each; whether the last stopped (lost its
+    device or died) in the last item left, so that every item has an outcome; and why the
+    run gave up, if it did."""
     resume = report.with_name(f"{report.stem}.resume.txt")
     parts: list[tuple[Path, int, dict[str, Any]]] = []
+    begun, in_a_row, gave_up = time.monotonic(), 0, None
     while True:
         path = attempt_report(report, len(parts) + 1) if parts else report
         journal_path(path).unlink(missing_ok=True)
@@ -242,30 +307,35 @@ def _children(command: list[str], report: Path, hang: float, max_restarts: int
             break
         started, selected = _started([p for p, _, _ in parts])
         left = selected - len(started)
-        if left > 0 and len(parts) > max_restarts:
+        in_a_row = in_a_row + 1 if _no_progress(path, run_) else 0
+        gave_up = limits.give_up(len(parts) - 1, in_a_row, time.monotonic() - begun)
+        if left > 0 and gave_up:
             break
         if len(parts) == 1:
             parts[0] = (_keep_first(report), *parts[0][1:])
         if left <= 0:
             resume.unlink(missing_ok=True)
-            return parts, True
+            return parts, True, None
         resume.write_text("".join(f"{n}\n" for n in sorted(started)), encoding="utf-8")
         print(f"amp-conformance run: process {len(parts)} stopped ({run_['status']} in "
               f"{run_.get('lost_after') or run_.get('running')}); process {len(parts) + 1} runs "
               f"the {left} items not yet run", flush=True)
     resume.unlink(missing_ok=True)
-    return parts, False
+    return parts, False, gave_up
 
 
 def run(args: argparse.Namespace) -> int:
     command, report = child_command(args)
     hang = args.hang_timeout if args.hang_timeout is not None else args.item_timeout + 120
     _remove_stale(report)
-    parts, settled = _children(command, report, hang, args.max_restarts)
+    limits = Limits(args.max_restarts, args.dead_after, args.time_budget)
+    parts, settled, gave_up = _children(command, report, hang, limits)
     merged = len(parts) > 1 or settled
     data = _merged(parts, settled) if merged else parts[0][2]
+    if gave_up:
+        data["run"]["gave_up"] = gave_up
     code, line = verdict(parts[-1][1], data)
-    if merged:
+    if merged or gave_up:
         data["run"]["exitstatus"] = code  # the run's, not its last child's
         write_report(report, data)
     print(line, flush=True)

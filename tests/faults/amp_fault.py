@@ -6,6 +6,14 @@ first time it runs: ``exit0`` (``os._exit(0)``), ``abort`` (SIGABRT), ``hang`` (
 ``sysexit`` (``sys.exit(3)`` at import), ``lost`` (the first call returns and "loses the
 device": every later call, and :func:`probe`, raises :data:`LOST`, as a CUDA context does
 after a device-side assert; ``amp_fault_health`` declares the probe to the suite).
+
+Two more are a young backend's common case, a kernel bug that is not a one-off:
+``persistent`` loses the device on every call of each AutocastCPU kernel that
+``AMP_FAULT_OPS`` names (comma-separated, default ``baddbmm``), in every process; the probe
+then blames the op (``… in aten::baddbmm``). ``dead``: the device dies at its first use in
+every process (the probe passes once, before any item ran, and raises ever after).
+``AMP_FAULT_LOG=PATH`` appends the item running (``PYTEST_CURRENT_TEST``) at each call of a
+faulty kernel, so a test knows which items call it.
 """
 
 import os
@@ -16,6 +24,7 @@ import time
 import torch
 
 FAULT = os.environ.get("AMP_FAULT", "")
+OPS = [op for op in os.environ.get("AMP_FAULT_OPS", "baddbmm").split(",") if op]
 
 if FAULT == "raise":
     raise RuntimeError("no driver found for the fake accelerator")
@@ -26,14 +35,16 @@ _LIB = torch.library.Library("aten", "IMPL")
 _KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 #: the backend's own words for its lost device
 LOST = "FAULT: device lost (sticky)"
-_STATE = {"lost": False, "probes": 0}
+_STATE = {"lost": False, "probes": 0, "op": None}
 
 
 def probe():
-    """The backend's health probe: raises once the device is lost."""
+    """The backend's health probe: raises once the device is lost, naming the op that lost it."""
     _STATE["probes"] += 1
+    if FAULT == "dead" and _STATE["probes"] > 1:
+        _STATE["lost"] = True
     if _STATE["lost"]:
-        raise RuntimeError(LOST)
+        raise RuntimeError(LOST + (f" in aten::{_STATE['op']}" if _STATE["op"] else ""))
 
 
 def _mm(a, b):
@@ -54,5 +65,34 @@ def _mm(a, b):
         return torch.mm(a.to(dtype), b.to(dtype))
 
 
+def _log() -> None:
+    path = os.environ.get("AMP_FAULT_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0] + "\n")
+
+
+def _faulty(name):
+    """A lower-precision AutocastCPU kernel for ``aten::name`` that loses the device."""
+    op = getattr(torch.ops.aten, name).default
+
+    def cast(x):
+        ok = isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64
+        return x.to(torch.get_autocast_dtype("cpu")) if ok else x
+
+    def kernel(*args, **kwargs):
+        _log()
+        if _STATE["lost"]:
+            raise RuntimeError(f"{LOST} in aten::{_STATE['op']}")
+        _STATE["lost"], _STATE["op"] = True, name
+        with torch._C._ExcludeDispatchKeyGuard(_KEYS):
+            return op(*[cast(a) for a in args], **kwargs)
+
+    return kernel
+
+
 if FAULT in ("exit0", "abort", "hang", "leak", "lost"):
     _LIB.impl("mm", _mm, "AutocastCPU")
+if FAULT == "persistent":
+    for _name in OPS:
+        _LIB.impl(_name, _faulty(_name), "AutocastCPU")

@@ -30,6 +30,14 @@ def _where(nodeid: str | None, worker: str | None) -> str:
     return f"{nodeid}{f' on {worker}' if worker else ''}"
 
 
+def not_run_note(run: dict[str, Any]) -> str:
+    """``"762 items not run (policy 500, outside 262)"``: the count, and by family where known."""
+    families = run.get("not_run_families") or {}
+    detail = ", ".join(f"{name} {n}" for name, n in
+                       sorted(families.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{run.get('not_run', 0)} items not run" + (f" ({detail})" if detail else "")
+
+
 def run_warning(data: dict[str, Any]) -> str | None:
     """What makes this report no verdict, in one sentence: a device lost during the run, a
     run that did not complete (interrupted, crashed, still running) or in which no check
@@ -37,10 +45,11 @@ def run_warning(data: dict[str, Any]) -> str | None:
     run = data.get("run") or {}
     status = run.get("status", "completed")
     if status == "device lost":
+        rest = ("" if run.get("gave_up") else " (python -m amp_conformance run runs the rest in "
+                "a fresh process)")
         return (f"DEVICE LOST after {_where(run.get('lost_after'), run.get('lost_on'))}: "
-                f"{run.get('not_run', 0)} items not run. The device was unusable after that item, "
-                "so this report is no verdict (python -m amp_conformance run runs the rest in a "
-                "fresh process).")
+                f"{not_run_note(run)}. The device was unusable after that item, so this report "
+                f"is no verdict{rest}.")
     if status != "completed":
         how = {"running": "did not finish (the report was never completed: the process died, "
                           "or is still running)",
@@ -54,18 +63,60 @@ def run_warning(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _stops(restarts: list[dict[str, Any]]) -> list[str]:
+    """One phrase per op the health probe blamed (its items counted), per other lost
+    device, per crash: a backend with 40 faulty ops reads as 40 ops."""
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    phrases: list[str] = []
+    for r in restarts:
+        if r.get("kind") == "device lost" and r.get("op"):
+            if r["op"] not in by_op:
+                phrases.append(r["op"])  # its place, filled in below
+            by_op.setdefault(r["op"], []).append(r)
+        elif r.get("kind") == "device lost":
+            phrases.append(f"DEVICE LOST after {_where(r.get('after'), r.get('on'))}")
+        else:
+            phrases.append(f"CRASHED in {_where(r.get('after'), r.get('on'))} ({r.get('how')})")
+    for i, phrase in enumerate(phrases):
+        items = by_op.get(phrase)
+        if items:
+            phrases[i] = (f"DEVICE LOST in {phrase} after {_where(items[0].get('after'), items[0].get('on'))}"
+                          if len(items) == 1 else f"DEVICE LOST in {phrase} ({len(items)} items)")
+    return phrases
+
+
 def restart_note(data: dict[str, Any]) -> str | None:
     """How a supervised run went on after a process lost its device or died, or None."""
     run = data.get("run") or {}
     restarts = run.get("restarts") or []
     if not restarts:
         return None
-    stops = "; ".join(
-        f"DEVICE LOST after {_where(r.get('after'), r.get('on'))}" if r.get("kind") == "device lost"
-        else f"CRASHED in {_where(r.get('after'), r.get('on'))} ({r.get('how')})" for r in restarts)
+    phrases = _stops(restarts)
+    ops = sum(1 for p in phrases if p.startswith("DEVICE LOST in "))
+    head = f"{ops} ops lost the device: " if ops > 3 else ""
     which = "that item" if len(restarts) == 1 else "each of those items"
-    return (f"{stops}: {which} failed, once, and every other item ran in a sound process "
-            f"({run.get('processes', len(restarts) + 1)} processes).")
+    return (f"{head}{'; '.join(phrases)}: {which} failed, once, and every other item ran in a "
+            f"sound process ({run.get('processes', len(restarts) + 1)} processes).")
+
+
+def blamed_op(reason: str | None) -> str | None:
+    """The op a lost device's reason names (``… in aten::baddbmm``), or None."""
+    found = re.search(r"\b(aten::[A-Za-z0-9_.]+)", reason or "")
+    return found.group(1).rstrip(".") if found else None
+
+
+def lost_by_op(data: dict[str, Any]) -> dict[str, list[str]]:
+    """The items each blamed op lost the device in, in the run's order: the restarted
+    processes', then the last one's (a run that gave up restarting)."""
+    run = data.get("run") or {}
+    pairs = [(r.get("op"), r.get("after")) for r in run.get("restarts") or []
+             if r.get("kind") == "device lost"]
+    pairs += [(blamed_op(x.get("reason")), x.get("nodeid")) for x in run.get("lost") or []]
+    table: dict[str, list[str]] = {}
+    for op, nodeid in pairs:
+        if nodeid not in table.get(op or "(no op named)", []):
+            table.setdefault(op or "(no op named)", []).append(nodeid)
+    return table
 
 
 def partial_note(data: dict[str, Any]) -> str | None:

@@ -39,6 +39,8 @@ OBSERVED_PROPERTY = "amp_observed"
 DEFECT_PROPERTY = "amp_defect"
 #: an OpInfo-tier item's summary (amp_conformance.checks.opinfo.check.PROPERTY)
 OPINFO_PROPERTY = "amp_opinfo"
+#: an xdist worker's count of deselected items, in its ``workeroutput``
+WORKER_DESELECTED = "amp_deselected"
 
 
 def _requested(config: pytest.Config) -> str | None:
@@ -103,6 +105,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.user_properties.append((ITEM_PROPERTY, item_info(item)))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """On an xdist worker: count the items ``-k``/``-m``/``--amp-resume`` deselected, for the
+    controller, which never sees a worker's deselection (:meth:`ReportWriter.pytest_testnodedown`)."""
+    config = items[0].config if items else None
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output[WORKER_DESELECTED] = output.get(WORKER_DESELECTED, 0) + len(items)
+
+
 # -- gathering -----------------------------------------------------------------------
 
 
@@ -138,6 +150,7 @@ class ReportWriter:
         self.acc = Accumulator()
         self.journal: Journal | None = None
         self.written: list[Path] = []
+        self.worker_deselected = False
 
     def _event(self, event: dict[str, Any]) -> None:
         if self.journal is not None:
@@ -179,15 +192,25 @@ class ReportWriter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
-            self._event({"event": "collected", "count": len(session.items)})
+            self._event({"event": "collected", "count": len(session.items),
+                         "items": [[i.nodeid, check_of(i)] for i in session.items]})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.acc.collected is None:
-            self._event({"event": "collected", "count": len(ids)})
+            self._event({"event": "collected", "count": len(ids),
+                         "items": [[nodeid, None] for nodeid in ids]})
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._event({"event": "deselected", "count": len(items)})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Every xdist worker deselects the same items: the first to end says how many."""
+        count = getattr(node, "workeroutput", {}).get(WORKER_DESELECTED)
+        if count and not self.worker_deselected:
+            self.worker_deselected = True
+            self._event({"event": "deselected", "count": count})
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._event({"event": "start", "nodeid": nodeid})

@@ -18,13 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amp_conformance.checks import registry
+from amp_conformance.core import registry
+from amp_conformance.plugin.report.banner import blamed_op
 from amp_conformance.plugin.report.surface import operator_surface
 
 SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 #: an item that started but whose teardown never reported: the run stopped inside it
 UNFINISHED = "unfinished"
+#: a selected item no process started (a lost device, a run that gave up restarting)
+NOT_RUN = "not run"
 NOT_APPLICABLE = "not applicable"
 #: an item's outcome when its phases differ: the most telling one wins
 _RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6}
@@ -153,6 +156,8 @@ class Accumulator:
         self.counts: Counter[str] = Counter()
         self.running: str | None = None
         self.collected: int | None = None
+        #: the selection, [pytest node id, check or None] each, where the session named it
+        self.selection: list[list[Any]] = []
         self.deselected = 0
         self.end: dict[str, Any] | None = None
         #: items that started (never collection errors): the rest of the selection did not run
@@ -169,6 +174,7 @@ class Accumulator:
             self.session = {k: v for k, v in event.items() if k != "event"}
         elif kind == "collected":
             self.collected = event.get("count")
+            self.selection = event.get("items") or []
         elif kind == "deselected":
             self.deselected += event.get("count", 0)
         elif kind == "start":
@@ -202,7 +208,7 @@ class Accumulator:
 def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
     """The ``run`` object: whether the run completed, and if not, how it stopped."""
     unfinished = sorted(n for n, r in acc.records.items() if r.final_outcome == UNFINISHED)
-    finished = [r for r in acc.records.values() if r.finished]
+    finished = [r for r in acc.records.values() if r.finished and r.outcome != NOT_RUN]
     executed = sum(1 for r in finished if r.final_outcome not in ("skipped",))
     if acc.end is not None:
         interrupted = acc.end.get("interrupted_by")
@@ -222,6 +228,9 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "executed": executed,
         "unfinished": unfinished[:50],
         "not_run": max(0, (acc.collected or 0) - len(acc.started)),
+        "not_run_families": dict(sorted(Counter(
+            r.info.get("check") or split_nodeid(n)[0] or OTHER for n, r in acc.records.items()
+            if r.outcome == NOT_RUN).items())),
         "lost_after": first.get("nodeid"),
         "lost_on": first.get("worker"),
         "lost": acc.lost,
@@ -230,8 +239,36 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
     }
 
 
+def _guess(records: dict[str, ItemRecord], nodeid: str) -> dict[str, Any]:
+    """The check and package id of an item known only by its node id (an xdist controller
+    hears ids alone), read from a run item of the same test function or file."""
+    test, file = nodeid.split("[", 1)[0], nodeid.split("::", 1)[0]
+    check, prefix = None, None
+    for known, record in records.items():
+        if record.outcome == NOT_RUN or not record.info.get("nodeid"):
+            continue
+        if check is None and known.split("[", 1)[0] == test:
+            check = record.info.get("check")
+        if prefix is None and known.split("::", 1)[0] == file:
+            prefix = record.info["nodeid"].split("::", 1)[0]
+    rest = nodeid.split("::", 1)[1] if "::" in nodeid else None
+    return {"check": check, "nodeid": f"{prefix}::{rest}" if prefix and rest else nodeid}
+
+
+def add_not_run(acc: Accumulator) -> None:
+    """List the selected items no process started as results (outcome :data:`NOT_RUN`),
+    so a stopped run names what it did not check, family by family."""
+    for nodeid, check in acc.selection:
+        if nodeid not in acc.started and nodeid not in acc.records:
+            info = _guess(acc.records, nodeid)
+            acc.records[nodeid] = ItemRecord(nodeid, NOT_RUN, finished=True,
+                                             info={**info, "check": check or info["check"]})
+
+
 def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]:
     """The report (docs/report-schema.md) from what the events said."""
+    if acc.lost or acc.restarts:
+        add_not_run(acc)
     results = sorted((r.as_json() for r in acc.records.values()), key=lambda r: r["nodeid"])
     summary = {k: acc.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
     summary[UNFINISHED] = sum(1 for r in results if r["outcome"] == UNFINISHED)
@@ -265,16 +302,17 @@ def _stopped(acc: Accumulator, how: str) -> dict[str, Any]:
     """How one process of a restarted run stopped; the item it died in counts as failed."""
     if acc.lost:
         return {"kind": "device lost", "after": acc.lost[0]["nodeid"],
-                "on": acc.lost[0].get("worker"), "how": acc.lost[0].get("reason")}
+                "on": acc.lost[0].get("worker"), "how": acc.lost[0].get("reason"),
+                "op": blamed_op(acc.lost[0].get("reason"))}
     record = acc.records.get(acc.running or "")
     if record is None:
-        return {"kind": "crashed", "after": None, "on": None, "how": how}
+        return {"kind": "crashed", "after": None, "on": None, "how": how, "op": None}
     record.outcome, record.finished = "failed", True
     record.message = (f"the process died during this item ({how}); no later item ran in that "
                       "process")
     acc.counts["failed"] += 1
     return {"kind": "crashed", "after": record.info.get("nodeid") or record.nodeid, "on": None,
-            "how": how}
+            "how": how, "op": None}
 
 
 def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[str, Any]:
@@ -285,8 +323,8 @@ def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[s
     ``settled``: the last one too stopped in its last item, so no item is left to run."""
     merged = Accumulator()
     first, last = parts[0][0], parts[-1][0]
-    merged.session, merged.collected, merged.deselected = (
-        first.session, first.collected, first.deselected)
+    merged.session, merged.collected, merged.deselected, merged.selection = (
+        first.session, first.collected, first.deselected, first.selection)
     merged.processes = len(parts)
     for acc, how in parts if settled else parts[:-1]:
         merged.restarts.append(_stopped(acc, how))
@@ -316,6 +354,7 @@ def _tally(results: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]
     out: dict[str, dict[str, Any]] = {}
     for name, counts in table.items():
         row: dict[str, Any] = {k: counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
+        row["not_run"] = counts.get(NOT_RUN, 0)
         ran = row["passed"] + row["failed"] + row["error"] + row["xpassed"]
         row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
         out[name] = row

@@ -12,6 +12,7 @@ from amp_conformance.plugin.report import surface, wrappers
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
     headline,
+    lost_by_op,
     outside_problems,
     partial_note,
     pass_rate,
@@ -426,6 +427,20 @@ def _md_list(title: str, rows: list[dict[str, Any]], limit: int) -> list[str]:
     return [*lines, ""]
 
 
+def _md_lost(data: dict[str, Any], per_op: int = 5) -> list[str]:
+    """The items that lost the device, grouped by the op the health probe blamed."""
+    table = lost_by_op(data)
+    if not table:
+        return []
+    items = sum(len(v) for v in table.values())
+    lines = [f"### Lost the device, by op ({len(table)} ops, {items} items)", ""]
+    for op, nodeids in table.items():
+        shown = ", ".join(f"`{n}`" for n in nodeids[:per_op])
+        more = f", … and {len(nodeids) - per_op} more" if len(nodeids) > per_op else ""
+        lines.append(f"- `{op}`: {len(nodeids)} items: {shown}{more}")
+    return [*lines, ""]
+
+
 def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
     s = data["summary"]
     mode = " (fake)" if data.get("fake") else ""
@@ -442,6 +457,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         f"{data.get('numerics')}, Python {data.get('python')}.",
         "",
         *_md_table("check family", family_rows(data)),
+        *_md_lost(data),
         *wrappers.markdown_section(data),
         *surface.markdown(data.get("operator_surface")),
         *_md_table("op-list category", data.get("categories") or {}),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from amp_conformance.tools.selftest.catalogue import Mutant, one_ulp_up, override_kernel, register
+from amp_conformance.tools.selftest.mutation import Mutant, one_ulp_up, override_kernel, register
 
 _BELOW_AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.tools.selftest.catalogue import Mutant, Undo, patch, register
+from amp_conformance.tools.selftest.mutation import Mutant, Undo, patch, register
 
 _SWAP = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from amp_conformance.core.casting import is_eligible
-from amp_conformance.tools.selftest.catalogue import Mutant, override_kernel, register
+from amp_conformance.tools.selftest.mutation import Mutant, override_kernel, register
 
 _LOWER = {torch.float16, torch.bfloat16}
 

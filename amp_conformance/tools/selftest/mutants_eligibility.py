@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from amp_conformance.tools.selftest.catalogue import AMP, Mutant, cast_kernel, patches, register
+from amp_conformance.tools.selftest.mutation import (
+    AMP,
+    Mutant,
+    cast_kernel,
+    fake_mutant,
+    patches,
+    register,
+)
 
 
 def _floating(t: torch.Tensor) -> bool:
@@ -48,3 +55,33 @@ register(Mutant(
     select="test_policy_casts_only_eligible_inputs and lower",
     device="cpu",
 ))
+
+
+# -- from the catalogue ------------------------------------------------------------
+
+# -- eligibility: tensors autocast must leave alone -----------------------------------
+
+register(Mutant(
+    name="mm-casts-float64",
+    description="the mm kernel casts float64 inputs to the autocast dtype too",
+    apply=cast_kernel("mm", AMP, also=lambda t: t.dtype == torch.float64),
+    expect="float64 inputs were cast",
+    select="test_float64_is_not_cast",
+))
+register(Mutant(
+    name="cat-casts-integers",
+    description="the cat kernel casts integer inputs to the autocast dtype",
+    apply=cast_kernel("cat", AMP, also=lambda t: not t.is_floating_point() and t.dtype != torch.bool),
+    expect="integer inputs of torch.cat were cast",
+    select="test_integer_is_not_cast",
+))
+
+
+
+fake_mutant("cuda-addmm-casts-cpu-scalar",
+      "AutocastCUDA addmm (lower precision) also casts a cpu tensor of the call: "
+      "eligibility ignores the device",
+      cast_kernel("addmm", AMP, "AutocastCUDA",
+                  also=lambda t: t.is_floating_point() and t.device.type == "cpu"),
+      ("torch.addmm: a cpu tensor in the call was cast",),
+      "test_other_device_is_not_cast")

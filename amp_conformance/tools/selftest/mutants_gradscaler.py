@@ -16,7 +16,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler, OptState
 
 from amp_conformance.checks.gradscaler.kernels import f32
-from amp_conformance.tools.selftest.catalogue import Mutant, Undo, override_kernel, patch, register
+from amp_conformance.tools.selftest.mutation import Mutant, Undo, override_kernel, patch, register
 
 UNSCALE_OP = "_amp_foreach_non_finite_check_and_unscale_"
 UPDATE_OP = "_amp_update_scale_"

@@ -23,11 +23,12 @@ from typing import Any
 
 import torch
 
-from amp_conformance.tools.selftest.catalogue import (
+from amp_conformance.tools.selftest.mutation import (
     AMP,
     FP32,
     Mutant,
     cast_kernel,
+    one_ulp_up,
     override_kernel,
     register,
 )
@@ -120,3 +121,32 @@ CLOSE_MODE: dict[str, str | None] = {
     "linalg_inv-one-ulp-off": _ONE_ULP,
     "fft_fft-one-ulp-off": _ONE_ULP,
 }
+
+
+# -- from the catalogue ------------------------------------------------------------
+
+# -- wrong numerics: the cast right, the result one ulp off ---------------------------
+
+register(Mutant(
+    name="mm-one-ulp-off",
+    description="mm cast to the autocast dtype as it should, result moved by one ulp",
+    apply=cast_kernel("mm", AMP, output=one_ulp_up),
+    expect=("torch.mm", "not equal (bitwise)"),
+    select="test_numerics and torch_16-mm",
+))
+register(Mutant(
+    name="linalg_inv-one-ulp-off",
+    description="linalg_inv (fp32 on CPU; not in PyTorch's CPU lists) computed in float32, "
+                "result moved by one ulp",
+    apply=cast_kernel("linalg_inv", FP32, output=one_ulp_up),
+    expect=("torch._C._linalg.linalg_inv", "not equal (bitwise)"),
+    select="test_numerics and linalg_fp32-linalg_inv and not linalg_inv_ex",
+))
+register(Mutant(
+    name="fft_fft-one-ulp-off",
+    description="fft_fft (fp32 on CPU; not in PyTorch's CPU lists) computed in float32, "
+                "complex result moved by one ulp",
+    apply=cast_kernel("fft_fft", FP32, output=one_ulp_up),
+    expect=("torch._C._fft.fft_fft", "not equal (bitwise)"),
+    select="test_numerics and fft_fp32-fft_fft",
+))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from amp_conformance.core.casting import is_eligible
-from amp_conformance.tools.selftest.catalogue import AMP, Mutant, cast_kernel, override_kernel, register
+from amp_conformance.tools.selftest.mutation import AMP, Mutant, cast_kernel, override_kernel, register
 
 OPINFO = ("--amp-opinfo",)
 INSIDE_ONLY = "works outside autocast, raises inside"

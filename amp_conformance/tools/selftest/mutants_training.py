@@ -14,7 +14,7 @@ import torch
 import torch.utils.checkpoint as checkpoint_module
 
 from amp_conformance.core.casting import is_eligible
-from amp_conformance.tools.selftest.catalogue import (
+from amp_conformance.tools.selftest.mutation import (
     _AUTOCAST,
     FP32,
     Mutant,

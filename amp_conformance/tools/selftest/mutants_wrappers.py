@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.tools.selftest import planted
-from amp_conformance.tools.selftest.catalogue import Mutant, register
+from amp_conformance.tools.selftest.mutation import Mutant, register
 
 OPTIONS = ("--wrapper", "amp_conformance.tools.selftest.planted:PLANTED")
 REGION, FORWARD = "wrapper planted.region", "wrapper planted.forward"
