@@ -53,7 +53,7 @@ def test_promote_follows_the_widest_type_the_contract_intends():
 
 
 @pytest.mark.parametrize("name, kind", [("addmm", judge.POLICY), ("sin", judge.ALONE),
-                                        ("nn.functional.bilinear", judge.ALONE)])
+                                        ("tensordot", judge.COMPOSITE)])
 def test_every_form_of_an_op_is_judged_with_its_kind(name, kind):
     case = check.OpinfoCase(CPU, torch.bfloat16, source.OpRef(name), samples=1)
     verdicts = check.verdicts_of(case)
