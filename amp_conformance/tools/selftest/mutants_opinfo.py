@@ -73,11 +73,13 @@ def _no_broadcast(redispatch: Callable) -> Callable:
 
 
 def _empty_in_float32(redispatch: Callable) -> Callable:
-    """mm with an early exit for an empty operand that returns float32 zeros."""
-    def kernel(a, b):
-        if a.numel() == 0 or b.numel() == 0:
-            return torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
-        return redispatch(*_cast(a, b))
+    """linalg_vecdot with an early exit for empty operands that returns float32 zeros."""
+    def kernel(x, y, *, dim=-1):
+        if x.numel() == 0 or y.numel() == 0:
+            shape = torch.broadcast_shapes(x.shape, y.shape)
+            reduced = [n for i, n in enumerate(shape) if i != dim % max(len(shape), 1)]
+            return torch.zeros(reduced, dtype=torch.float32, device=x.device)
+        return redispatch(*_cast(x, y), dim=dim)
     return kernel
 
 
@@ -121,9 +123,9 @@ register(Mutant(
     select="test_opinfo and baddbmm", options=OPINFO,
 ))
 register(Mutant(
-    name="opinfo-mm-empty-in-float32",
-    description="mm cast right but an empty operand short-cuts to float32 zeros (empty tensors)",
-    apply=lambda: override_kernel("mm", "AutocastCPU", _empty_in_float32),
-    expect=("OpInfo mm", "float32"),
-    select="test_opinfo and mm", options=OPINFO,
+    name="opinfo-vecdot-empty-in-float32",
+    description="linalg_vecdot cast right but empty operands short-cut to float32 zeros (empty tensors)",
+    apply=lambda: override_kernel("linalg_vecdot", "AutocastCPU", _empty_in_float32),
+    expect=("OpInfo linalg.vecdot", "float32"),
+    select="test_opinfo and linalg.vecdot", options=OPINFO,
 ))
