@@ -19,7 +19,7 @@ from amp_conformance.checks.oplist_checks import check_numerics, check_policy
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 from amp_conformance.plugin.report.render import render_markdown
-from amp_conformance.schema import defects, oplist
+from amp_conformance.schema import defects, departures, oplist
 from amp_conformance.schema.problems import OpListError
 
 AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
@@ -62,6 +62,7 @@ def _run(case, check):
 def test_every_use_names_a_recorded_defect_and_every_defect_is_used():
     used = {use.id for d in oplist.builtin_devices() for e in load_oplist(d, ()).entries
             for use in (e.reference_defect, e.compiled_defect) if use}
+    used |= {d.defect for d in departures.builtin().departures}  # oplists/opinfo.toml
     code = "".join(p.read_text() for p in Path(verdicts.__file__).parents[1].rglob("*.py"))
     recorded = set(defects.registry())
     assert used <= recorded
