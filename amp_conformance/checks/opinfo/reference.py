@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in
-from amp_conformance.core.dispatch import shared_observer
+from amp_conformance.core.dispatch import _op_overload, shared_observer
 from amp_conformance.core.target import Target
 from amp_conformance.schema.defects import DefectUse
 from amp_conformance.schema.oplist import variants
@@ -169,12 +169,6 @@ def apply(rule: Rule, op: Any, amp_dtype: torch.dtype, device: str,
 _ACTIVE: list[tuple[PolicyTable, list[str]]] = []
 _LIBRARIES: dict[str | None, torch.library.Library] = {}
 _KERNELS: set[str] = set()
-
-
-def _op_overload(name: str) -> Any:
-    namespace, _, rest = name.partition("::")
-    op, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
 
 
 def _kernel(name: str) -> Any:
