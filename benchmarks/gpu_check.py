@@ -105,16 +105,13 @@ def missing_device(device: str) -> str | None:
     """Why the check cannot run here (the device is absent), or None."""
     import torch
 
-    module = getattr(torch, device, None)
-    check = getattr(module, "is_available", None)
-    try:
-        here = bool(check()) if check is not None else False
-    except Exception:  # noqa: BLE001 - a backend that cannot answer is not here
-        here = False
-    if here:
+    from amp_conformance.core.devices import availability
+
+    here = availability(device)
+    if here.present:
         return None
-    return (f"gpu_check: device {device!r} is not available here (torch.{device}.is_available() "
-            f"is false; torch {torch.__version__}): nothing was run, no summary written")
+    return (f"gpu_check: device {device!r} is not available here ({here.how}; torch "
+            f"{torch.__version__}): nothing was run, no summary written")
 
 
 def summary_counts(text: str) -> tuple[str, dict[str, int]]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from amp_conformance.core.errors import describe_error
+
 LOWER_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -120,17 +122,79 @@ def device_module(device: str) -> Any:
     return getattr(torch, device, None)
 
 
-def is_available(device: str) -> bool:
+@dataclass(frozen=True)
+class Availability:
+    """Whether a device is here, and how that was decided (the usage error quotes it)."""
+
+    present: bool
+    #: what was asked, and what it answered: ``torch.cuda.is_available() is false``
+    how: str
+
+
+#: A backend's own answer, set by a plugin hook (``pytest_amp_conformance_device_available``)
+#: for the run: device type -> (present, what the backend said).
+_DECLARED: dict[str, tuple[bool, str]] = {}
+
+
+def declare_availability(device: str, present: bool | None, why: str = "") -> None:
+    """Record the backend's own answer for ``device`` (None forgets it)."""
+    if present is None:
+        _DECLARED.pop(device, None)
+    else:
+        _DECLARED[device] = (bool(present), why)
+
+
+def availability(device: str) -> Availability:
+    """Is ``device`` here? Asked the way its backend answers, not assuming PyTorch's layout:
+
+    1. the backend's own answer, where a hook gave one;
+    2. ``torch.<device>.is_available()``, where that module exists (in-tree devices and
+       PrivateUse1 backends that register a device module);
+    3. otherwise a probe: a one-element tensor made on ``<device>:0`` (PyTorch/XLA has no
+       ``torch.xla`` module; ``torch.empty(1, device="xla:0")`` is its answer).
+    """
     if device == "cpu":
-        return True
-    module = device_module(device)
-    check = getattr(module, "is_available", None)
-    if check is None:
-        return False
+        return Availability(True, "cpu is always here")
+    if device in _DECLARED:
+        present, why = _DECLARED[device]
+        return Availability(present, f"the backend's hook said {present}"
+                            + (f" ({why})" if why else ""))
+    check = getattr(device_module(device), "is_available", None)
+    if check is not None:
+        try:
+            present = bool(check())
+        except Exception as exc:  # noqa: BLE001 - a backend that cannot answer is not here
+            return Availability(False, f"torch.{device}.is_available() raised "
+                                       f"{describe_error(exc, 200)}")
+        return Availability(present, f"torch.{device}.is_available() is {str(present).lower()}")
+    if device in _PRESENT:
+        return _PRESENT[device]
+    found = _probe(device)
+    if found.present:
+        _PRESENT[device] = found
+    return found
+
+
+#: the probe's yes, kept for the process (the first probe may start the backend's runtime)
+_PRESENT: dict[str, Availability] = {}
+
+
+def _probe(device: str) -> Availability:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    tried = (f"torch.{device} has no is_available()" if device_module(device) is not None
+             else f"there is no torch.{device} module")
     try:
-        return bool(check())
-    except Exception:  # a backend that cannot even answer is not available
-        return False
+        with _disable_current_modes():  # a fake tensor mode would answer for any device
+            torch.empty(1, device=f"{device}:0")
+    except Exception as exc:  # noqa: BLE001 - any refusal means: not here
+        return Availability(False, f"{tried}, and torch.empty(1, device='{device}:0') raised "
+                                   f"{describe_error(exc, 200)}")
+    return Availability(True, f"{tried}; a tensor was made on '{device}:0'")
+
+
+def is_available(device: str) -> bool:
+    return availability(device).present
 
 
 def dispatch_key(device: str) -> str:

@@ -29,13 +29,48 @@ from amp_conformance.core import devices
 OBSERVER_KEY = "TESTING_ONLY_GenericWrapper"
 
 
-def policy_overloads(device: str) -> list[str]:
-    """Every op overload the running torch registers a kernel for under the device's key."""
+def registered_overloads(device: str) -> list[str]:
+    """Every op name the running torch has a kernel for under the device's Autocast key,
+    callable or not (a backend may register kernels for ops of a library not loaded)."""
     key = devices.dispatch_key(device)
     return sorted(
         name for name in torch._C._dispatch_get_all_op_names()
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
     )
+
+
+def policy_overloads(device: str) -> list[str]:
+    """Every op overload of the device's autocast policy that can be called: a kernel under
+    the device's key for an op whose schema this process knows. Kernels for ops that cannot
+    be resolved are :func:`foreign_registrations`; nothing else in the suite sees them."""
+    return [name for name in registered_overloads(device) if unresolvable(name) is None]
+
+
+def foreign_registrations(device: str) -> dict[str, str]:
+    """The device's Autocast kernels for ops that cannot be called here, each with why:
+    ``{"ghostlib::ghost_op": "no schema: ..."}``."""
+    found = {name: unresolvable(name) for name in registered_overloads(device)}
+    return {name: why for name, why in found.items() if why is not None}
+
+
+def unresolvable(name: str) -> str | None:
+    """Why ``ns::op.overload`` cannot be called from Python here, or None when it can.
+
+    A kernel can be registered for a name no library defined (``Library(ns, "IMPL")``
+    before, or without, the ``def``): the dispatcher lists the name, but it has no schema,
+    so ``torch.ops`` cannot build it."""
+    namespace, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"{namespace}::{op}", overload)
+    except RuntimeError:
+        return ("no schema: a kernel was registered for it, but no library in this process "
+                f"defines it (is the library of namespace '{namespace}' imported?)")
+    try:
+        _op_overload(name)
+    except (AttributeError, RuntimeError) as exc:
+        return f"torch.ops cannot resolve it: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _op_overload(name: str) -> Any:

@@ -46,18 +46,19 @@ def resolve(device: str, fake: bool | None, amp_dtypes: Sequence[str] = (),
         devices.validate(device)
     except devices.DeviceError as exc:
         raise SettingsError(f"--device {device}: {exc}") from None
+    here = devices.availability(device)
     if fake is None:
-        fake = not devices.is_available(device)
+        fake = not here.present
     if fake and not fake_supported(device):
         raise SettingsError(
             f"--fake needs Autocast kernels for {device!r} registered in the running torch "
             f"({devices.dispatch_key(device)} has none); use it for a device other than cpu "
             "whose policy torch registers, e.g. cuda, xpu, mps")
-    if not fake and not devices.is_available(device):
+    if not fake and not here.present:
         raise SettingsError(
-            f"device {device!r} is not available here (torch.{device}.is_available() is false), "
-            "so nothing can be checked on it. Run where the device is present, or add --fake "
-            "to check its autocast policy without the hardware.")
+            f"device {device!r} is not available here ({here.how}), so nothing can be checked "
+            "on it. Run where the device is present, or add --fake to check its autocast "
+            "policy without the hardware.")
     supported = tuple(devices.supported_amp_dtypes(device, fake))
     if not amp_dtypes:
         return Resolved(device, fake, supported, supported)

@@ -28,6 +28,20 @@ def pytest_amp_conformance_setup(config: pytest.Config, device: str) -> None:
 
 
 @hookspec
+def pytest_amp_conformance_device_available(config: pytest.Config, device: str
+                                            ) -> bool | tuple[bool, str] | None:
+    """Whether ``device`` is here, in the backend's own words: ``True``/``False``, or
+    ``(present, why)``; None leaves the question to the suite.
+
+    Without an answer the suite asks ``torch.<device>.is_available()`` where that module
+    exists, else makes a one-element tensor on ``<device>:0``
+    (:func:`amp_conformance.core.devices.availability`). Implement it for a backend that
+    has neither, or whose probe would start more than it should. Called after
+    ``pytest_amp_conformance_setup``; a later implementation's answer wins.
+    """
+
+
+@hookspec
 def pytest_amp_conformance_capabilities(config: pytest.Config, device: str) -> dict[str, Any] | None:
     """What ``device`` can do, as a dict shaped like a ``--capabilities`` file.
 

@@ -330,10 +330,20 @@ def declarations(config: pytest.Config) -> Declarations:
 def setup_backend(config: pytest.Config) -> None:
     """Let the vendor's hook initialise its backend before the device is validated; a hook
     that raises is a usage error naming it (a backend that cannot start checks nothing)."""
+    device = config.getoption("amp_device")
     try:
-        hook_results(config, "pytest_amp_conformance_setup", config.getoption("amp_device"))
+        hook_results(config, "pytest_amp_conformance_setup", device)
+        answers = hook_results(config, "pytest_amp_conformance_device_available", device)
     except DeclarationError as exc:
         raise _usage(exc) from None
+    for where, answer in answers:  # the last implementation called wins
+        present, why = answer if isinstance(answer, tuple) and len(answer) == 2 else (answer, "")
+        if not isinstance(present, bool) or not isinstance(why, str):
+            raise _usage(DeclarationError(
+                f"{where}: returned {reprlib.repr(answer)}; expected True, False, "
+                "(present, why) or None"))
+        devices.declare_availability(device, present, why or where)
+        config.add_cleanup(lambda: devices.declare_availability(device, None))
 
 
 def _usage(exc: Exception) -> pytest.UsageError:

@@ -38,7 +38,12 @@ import torch
 from amp_conformance.checks import fake_casts
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
-from amp_conformance.core.dispatch import OBSERVER_KEY, Observer, policy_overloads  # noqa: F401
+from amp_conformance.core.dispatch import (  # noqa: F401
+    OBSERVER_KEY,
+    Observer,
+    foreign_registrations,
+    policy_overloads,
+)
 from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.resolve import SettingsError, resolve
 from amp_conformance.core.state import unchanged_autocast_state
@@ -95,12 +100,17 @@ class Report:
     outside_policy: list[Reach] = field(default_factory=list)
     #: entries listed as builtin promotion (no autocast kernel) that enter one
     unexpected_kernels: list[Reach] = field(default_factory=list)
+    #: kernels no op list can check, each with why: ops that cannot be resolved here (no
+    #: schema: their library is not loaded) and ops of another library than torch's own
+    #: that no entry reaches. Listed, never failing: the lists call torch's ops only
+    foreign: dict[str, str] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
+        foreign = f", {len(self.foreign)} foreign (not checkable)" if self.foreign else ""
         return (f"coverage {self.device}: {len(self.covered)}/{len(self.policy)} covered, "
                 f"{len(self.unchecked)} reached but not checked, "
-                f"{len(self.excluded)} excluded, {len(self.missing)} missing")
+                f"{len(self.excluded)} excluded, {len(self.missing)} missing{foreign}")
 
     @property
     def failed(self) -> bool:
@@ -203,7 +213,7 @@ def compute(
                 continue
             reaches.append(observe(entry, target, case.amp_dtype, observer, numerics))
     report = Report(device, devices.dispatch_key(device), target, policy, reaches, lists,
-                    tuple(amp_dtypes))
+                    tuple(amp_dtypes), foreign=foreign_registrations(device))
     _tally(report)
     return report
 
@@ -242,8 +252,15 @@ def _tally(report: Report) -> None:
         else:
             report.excluded[exclusion.overload] = exclusion
             report.unchecked.pop(exclusion.overload, None)
-    report.missing = [n for n in report.policy if n not in report.covered
-                      and n not in report.excluded and n not in report.unchecked]
+    unplaced = [n for n in report.policy if n not in report.covered
+                and n not in report.excluded and n not in report.unchecked]
+    for name in unplaced:
+        if not name.startswith("aten::"):
+            report.foreign[name] = (
+                f"an op of library '{name.partition('::')[0]}' that no entry reaches: op-list "
+                "entries call torch's own ops (aten), so its autocast kernel is not checked")
+    report.missing = [n for n in unplaced if n not in report.foreign]
+    report.policy = [n for n in report.policy if n not in report.foreign]
 
 
 def _conditions(x: oplist.Exclusion) -> str:
@@ -275,6 +292,9 @@ def format_report(report: Report, verbose: bool = True) -> str:
     lines.append(f"uncovered ({len(report.missing)}):")
     for name in report.missing:
         lines.append(f"  {name}: no entry reaches it and no [[exclude]] names it")
+    if report.foreign:
+        lines.append(f"foreign registrations, not checkable ({len(report.foreign)}):")
+        lines.extend(f"  {name}: {why}" for name, why in sorted(report.foreign.items()))
     problems = (
         [f"  entry {r.entry.id} ({r.entry.category}, {r.entry.qualname}): enters no "
          f"{report.key} kernel" + (f" ({'; '.join(r.errors)})" if r.errors else "")
