@@ -3,6 +3,7 @@
 import textwrap
 
 import pytest
+import torch
 
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import OpListError
@@ -261,3 +262,35 @@ def test_a_malformed_extra_list_fails_the_run_listing_every_problem(pytester, tm
     assert f"amp-conformance: bad op list: {path}: 2 problems:\n" in err, err
     assert f"\n  {path}: entry 'vendor-mm': field 'amp_dtypes': expected a non-empty array" in err
     assert f"\n  {path}: entry 'vendor-mm': field 'skip[0].check': unknown check 'polciy'" in err
+
+
+def test_a_builtin_promote_entry_with_one_dtype_per_output_is_checked_outside(tmp_path):
+    """`expect` as an array on a builtin-promote entry: outside autocast the same per-output
+    dtypes are expected (once a KeyError of the suite, met on PyTorch/XLA's list)."""
+    from amp_conformance.checks import oplist_checks
+    from amp_conformance.checks.case import Case
+    from amp_conformance.core.target import Target
+
+    path = write(tmp_path, """
+        [[entry]]
+        id = "two-outputs"
+        op = "max"
+        category = "torch_expect_builtin_promote"
+        args = [{shape = [4, 3]}, 1]
+        expect = ["float32", "int64"]
+        method = false
+        """)
+    entry = next(e for e in oplist.load("cpu", [str(path)]).entries if e.id == "two-outputs")
+    oplist_checks.check_outside(Case(Target("cpu"), torch.bfloat16, entry))
+    wrong = write(tmp_path, GOOD.replace('"mm"', '"other"', 1) + """
+        [[entry]]
+        id = "two-outputs-wrong"
+        op = "max"
+        category = "torch_expect_builtin_promote"
+        args = [{shape = [4, 3]}, 1]
+        expect = ["float32", "float32"]
+        method = false
+        """, name="wrong.toml")
+    entry = next(e for e in oplist.load("cpu", [str(wrong)]).entries if e.id == "two-outputs-wrong")
+    with pytest.raises(AssertionError, match="int64"):
+        oplist_checks.check_outside(Case(Target("cpu"), torch.bfloat16, entry))

@@ -29,6 +29,9 @@ class DeviceProfile:
       only for bfloat16 where the GPU lacks it.
     - ``fake_quirks``: contexts entered around FakeTensorMode where the hardware is absent
       (``core.target``), e.g. cuDNN off so a CUDA build takes the portable path.
+    - ``rng``: the module holding the device's generator where there is no
+      ``torch.<device>`` module (``get_rng_state()``, ``set_rng_state(seed)``): seeded
+      draws and calls (``core.rng``).
     """
 
     name: str
@@ -36,6 +39,7 @@ class DeviceProfile:
     legacy: str | None = None
     rejects_unsupported_dtype: bool = True
     fake_quirks: tuple[str, ...] = ()
+    rng: str | None = None
 
 
 #: The device types torch.autocast knows by name (a PrivateUse1 backend adds its own).
@@ -48,7 +52,7 @@ PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("mtia", "MTIA"),
     DeviceProfile("maia", "MAIA"),
     DeviceProfile("hpu", "HPU"),
-    DeviceProfile("xla", "XLA"),
+    DeviceProfile("xla", "XLA", rng="torch_xla.core.xla_model"),
     DeviceProfile("ipu", "IPU"),
 )}
 

@@ -12,7 +12,9 @@ class CastCounter(TorchDispatchMode):
     """Counts the dtype conversions (``aten._to_copy``) autocast makes of one tensor.
 
     Autocast casts by calling ``Tensor.to``, which reaches the Python dispatch key
-    below the Autocast keys, so the mode sees every cast, cached or not.
+    below the Autocast keys, so the mode sees every cast, cached or not. A functionalized
+    backend (PyTorch/XLA) unwraps its tensors before that key: the mode then sees the
+    tensor the functional wrapper holds, so that one counts too.
     """
 
     def __init__(self, tensor: torch.Tensor):
@@ -22,9 +24,15 @@ class CastCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.ops.aten._to_copy.default and args and args[0] is self.tensor:
+        if func is torch.ops.aten._to_copy.default and args and self._is_ours(args[0]):
             self.casts.append(kwargs.get("dtype"))
         return func(*args, **kwargs)
+
+    def _is_ours(self, arg: Any) -> bool:
+        if arg is self.tensor:
+            return True
+        return (torch._is_functional_tensor(self.tensor)
+                and arg is torch._from_functional_tensor(self.tensor))
 
     @property
     def count(self) -> int:

@@ -41,6 +41,8 @@ class Check:
       (``plugin.vendor``).
     - ``not_applicable``: for per-entry checks, why the check does not apply to a case
       (``Case`` -> reason or None), beyond the entry's own skips and version bounds.
+    - ``opt_in``: the option that turns an opt-in tier on (its items exist only then); a
+      tier whose every item skips for one cause fails the run (``plugin.outcomes``).
     """
 
     name: str
@@ -49,6 +51,7 @@ class Check:
     needs_values: bool = False
     capability: str | None = None
     not_applicable: Callable[[Any], str | None] | None = None
+    opt_in: str | None = None
 
 
 REGISTRY: dict[str, Check] = {}
@@ -158,7 +161,8 @@ register(Check("coverage", "every overload of the device's autocast policy is co
                "entry or excluded with a reason"))
 # -- autocast in training, device-generic (issue #12 part A; checks/training) ----------
 register(Check("checkpoint", "torch.utils.checkpoint recomputes in the forward's autocast "
-               "state and matches the un-checkpointed outputs and gradients"))
+               "state and matches the un-checkpointed outputs and gradients",
+               capability="checkpoint"))
 register(Check("threads", "autocast state is per thread, the cast cache is cleared for every "
                "thread, backward threads see the caller's autocast state"))
 register(Check("cache_interactions", "the cast cache with inference_mode, no_grad/grad "
@@ -181,7 +185,8 @@ register(Check("compile_regions", "autocast regions traced by torch.compile (ins
                "by torch.export give eager's dtypes, values and state", capability="compile"))
 register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's policy check "
                "compiled agrees with eager in dtype and value", per_entry=True,
-               capability="compile"))  # rule: checks.compile.per_entry (checks/registry.py)
+               capability="compile", opt_in="--amp-compile"))
+# (its rule: checks.compile.per_entry, attached in checks/registry.py)
 
 # -- gradients through autocast, per entry (issue #12 part B; checks/backward.py) -----------
 register(Check("backward", "gradients through autocast (backward outside the region) reach "
@@ -190,9 +195,11 @@ register(Check("backward", "gradients through autocast (backward outside the reg
 
 # -- the autocast wrappers libraries ship, opt-in (issue 21; checks/wrappers) ------------
 register(Check("wrappers", "opt-in (--wrapper MODULE:NAME): a library's autocast region "
-               "factory or forward decorator keeps its declaration and autocast's contract"))
+               "factory or forward decorator keeps its declaration and autocast's contract",
+               opt_in="--wrapper"))
 
 # -- the operator surface: every OpInfo sample, opt-in (issue 25; checks/opinfo) ----------
 register(Check("opinfo", "opt-in (--amp-opinfo): every sample form of every OpInfo of the "
                "running release's op_db: no new errors inside autocast, the declared policy's "
-               "dtypes and values where a call enters policy kernels, eager's where none"))
+               "dtypes and values where a call enters policy kernels, eager's where none",
+               opt_in="--amp-opinfo"))

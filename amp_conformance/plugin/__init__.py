@@ -27,12 +27,15 @@ pytest_plugins = (
     "amp_conformance.properties.statistics",
     "amp_conformance.plugin.health",
     "amp_conformance.plugin.report.collect",
+    "amp_conformance.plugin.outcomes",
 )
 
 MARKERS = (
     "amp_check(name): the conformance check an item performs (policy, numerics, outside, "
     "legacy, or a named device-generic check)",
     "amp_needs_values: the check compares values, so it does not apply to fake tensors",
+    "amp_needs(*capabilities): the item needs these vendor capabilities beyond its family's "
+    "(skipped with the declared reason where one is absent)",
 )
 
 

@@ -47,6 +47,7 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "fused_optimizers": (bool, True, "device declares no fused optimizers"),
     "sparse_grads": (bool, True, "device declares no sparse gradients"),
     "compile": (bool, True, "device declares no torch.compile support"),
+    "checkpoint": (bool, True, "device declares no torch.utils.checkpoint support"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
 _AMP_DTYPES = ("bfloat16", "float16")
@@ -416,7 +417,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         check = check_of(item)
         if check is None:
             continue
-        reason = decl.capabilities.skip_reason(check)
+        reason = decl.capabilities.skip_reason(check) or next(
+            (decl.capabilities.why(name) for marker in item.iter_markers("amp_needs")
+             for name in marker.args if not decl.capabilities.get(name)), None)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
         ids = item_ids(item)

@@ -103,7 +103,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if not _is_controller(config) or config.getoption("amp_allow_empty", False):
         return
-    if exitstatus == pytest.ExitCode.OK and nothing_executed(config):
+    if session.exitstatus == pytest.ExitCode.OK and nothing_executed(config):
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from amp_conformance.core import devices
+from amp_conformance.schema.versions import release
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,19 @@ class ModelState:
     nesting: int
 
 
+#: the release from which torch.autocast checks the dtype only when ``enabled`` on every
+#: device (before it, on cpu alone: torch/amp/autocast_mode.py of 2.9 against 2.13)
+DTYPE_CHECK_NEEDS_ENABLED = "2.10"
+
+
+def warns_disabled(rejecting: frozenset[str]) -> frozenset[str]:
+    """The rejecting devices whose torch.autocast warns for an unsupported dtype even with
+    ``enabled=False``: every one but cpu before torch 2.10."""
+    if release() >= DTYPE_CHECK_NEEDS_ENABLED:
+        return frozenset()
+    return frozenset(d for d in rejecting if d != "cpu")
+
+
 def accepted_dtypes(device: str) -> tuple[torch.dtype, ...]:
     """The dtypes torch.autocast accepts for ``device`` before it warns and disables."""
     if device == devices.privateuse1_name():
@@ -62,11 +76,14 @@ class RegionsModel:
 
     ``rejecting`` names the device types whose entry point warns and disables autocast
     for a dtype it does not accept (torch.autocast on every device but cuda, which only
-    refuses bfloat16 where the hardware lacks it).
+    refuses bfloat16 where the hardware lacks it); ``warns_disabled`` those of them whose
+    check runs even for ``enabled=False`` (every one but cpu before torch 2.10, whose
+    torch.autocast tested the dtype before ``enabled``).
     """
 
     initial: ModelState
     rejecting: frozenset[str] = frozenset()
+    warns_disabled: frozenset[str] = frozenset()
     stack: list[ModelState] = field(default_factory=list)
 
     @property
@@ -82,7 +99,8 @@ class RegionsModel:
         cur = self.current
         dtype = region.dtype if region.dtype is not None else cur.devices[region.device].dtype
         enabled, warns = region.enabled, False
-        if enabled and region.device in self.rejecting and dtype not in accepted_dtypes(
+        checked = enabled or region.device in self.warns_disabled
+        if checked and region.device in self.rejecting and dtype not in accepted_dtypes(
             region.device
         ):
             enabled, warns = False, True

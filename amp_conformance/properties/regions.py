@@ -43,6 +43,7 @@ from amp_conformance.properties.region_model import (
     Region,
     RegionsModel,
     accepted_dtypes,
+    warns_disabled,
 )
 
 PROPERTY = "autocast regions stack"
@@ -198,7 +199,8 @@ class AutocastRegions(RuleBasedStateMachine):
             torch.is_autocast_cache_enabled(),
             nesting(),
         )
-        self.model = RegionsModel(initial, rejecting_devices(target))
+        rejecting = rejecting_devices(target)
+        self.model = RegionsModel(initial, rejecting, warns_disabled(rejecting))
         self.open: list[tuple[int, Any]] = []
         self.failed = False
         self.counter = 0

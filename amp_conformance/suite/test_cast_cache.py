@@ -12,6 +12,7 @@ from amp_conformance.core.state import unchanged_autocast_state
 pytestmark = [pytest.mark.amp_needs_values, pytest.mark.amp_check("cast_cache")]
 
 
+@pytest.mark.amp_needs("checkpoint")
 def test_weight_cast_once_across_forward_and_backward(amp_target, amp_dtype):
     """A float32 leaf weight is cast once across a forward and a checkpointed backward
     that re-enters autocast inside the same outer region."""

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.plugin.health import DEVICE_LOST
+from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import blamed_op, restart_note, run_warning
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
@@ -218,6 +219,8 @@ def verdict(returncode: int, data: dict[str, Any]) -> tuple[int, str]:
     if status == "not started":
         return returncode or INCOMPLETE, ("amp-conformance run: no session started "
                                           f"({_describe_exit(returncode)}); see pytest's message")
+    if status == "completed" and run.get("setup_errors"):
+        return returncode or 4, f"amp-conformance run: completed, {run_warning(data)}"
     restarted = restart_note(data)
     if status == "completed" and run.get("executed", 0) > 0 and restarted:
         summary = data.get("summary") or {}
@@ -335,6 +338,9 @@ def run(args: argparse.Namespace) -> int:
     if gave_up:
         data["run"]["gave_up"] = gave_up
     code, line = verdict(parts[-1][1], data)
+    by_cause = causes.summary_line(causes.group(data.get("results") or []))
+    if by_cause and (data.get("run") or {}).get("status") == "completed":
+        line += f"; {by_cause}"  # the rest (lost, crashed) already names what stopped it
     if merged or gave_up:
         data["run"]["exitstatus"] = code  # the run's, not its last child's
         write_report(report, data)

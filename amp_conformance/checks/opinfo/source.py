@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.core import devices
+from amp_conformance.core import devices, rng
 from amp_conformance.core.errors import describe_error
 
 MODULE = "torch.testing._internal.common_methods_invocations"
@@ -120,22 +120,16 @@ class Form:
 
 
 def draw_device(device: str, fake: bool) -> str:
-    """Where samples are drawn: the device itself, or cpu for a faked device."""
-    return "cpu" if fake else device
+    """Where samples are drawn: the device itself, or cpu for a faked device and for one
+    whose generator cannot be seeded here (the samples are then moved onto it)."""
+    return device if not fake and rng.can_fork(device) else "cpu"
 
 
 @contextlib.contextmanager
 def seeded(device: str) -> Iterator[None]:
-    """Inside: the generators ``device`` draws from seeded with :data:`SEED`; after: as they
-    were. (On cpu only the cpu generator: ``torch.manual_seed`` would also seed every lazy
-    device module, at a cost of a millisecond a call.)"""
-    host = device in ("cpu", "meta")
-    options = {"devices": []} if host else {"device_type": device}
-    with torch.random.fork_rng(**options):
-        if host:
-            torch.default_generator.manual_seed(SEED)
-        else:
-            torch.manual_seed(SEED)
+    """Inside: the generators ``device`` draws from seeded with :data:`SEED`; after: as
+    they were (``core.rng``)."""
+    with rng.seeded(device, SEED):
         yield
 
 
@@ -180,11 +174,22 @@ def to_fake_device(sample: Any, device: str) -> Any:
     return sample.transform(move)
 
 
+def to_device(sample: Any, device: str) -> Any:
+    """The sample, drawn on cpu, with every tensor copied onto the real ``device``."""
+    def move(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        return t.detach().to(device).requires_grad_(t.requires_grad)
+    return sample.transform(move)
+
+
 def forms(op: Any, device: str, fake: bool, amp_dtype: torch.dtype,
           limit: int | None) -> Iterator[tuple[Form, Any]]:
     """Every form of the op's first ``limit`` samples: (form, sample or the exception that
     drawing it raised). Call inside the target's tensor context (FakeTensorMode)."""
     where = draw_device(device, fake)
+    place = (None if where == device else
+             (lambda s: to_fake_device(s, device)) if fake else (lambda s: to_device(s, device)))
     for build in builds(op, device, amp_dtype):
         try:
             samples = draw(op, where, build, limit)
@@ -196,7 +201,7 @@ def forms(op: Any, device: str, fake: bool, amp_dtype: torch.dtype,
                 form = Form(index, build, noncontiguous)
                 try:
                     twin = twins(sample, form)
-                    yield form, (to_fake_device(twin, device) if fake else twin)
+                    yield form, (twin if place is None else place(twin))
                 except Exception as exc:  # noqa: BLE001 - reported per form
                     yield form, exc
 
@@ -211,9 +216,10 @@ def reproduction(ref: OpRef, form: Form, device: str, fake: bool, amp_dtype: tor
     dtype = devices.dtype_name(amp_dtype)
     where = draw_device(device, fake)
     twin = ".noncontiguous()" if form.noncontiguous else ""
-    moved = (f"  # drawn on {where}; the suite ran it on a fake {device}: run this where "
+    ran = f"a fake {device}" if fake else device
+    moved = (f"  # drawn on {where}; the suite ran it on {ran}: run this where "
              f"{device} is\nsample = sample.transform(lambda t: t.to({device!r}) if "
-             "isinstance(t, torch.Tensor) else t)\n") if fake else ""
+             "isinstance(t, torch.Tensor) else t)\n") if where != device else ""
     return (
         "import itertools, torch\n"
         f"from {MODULE} import op_db\n"

@@ -57,6 +57,9 @@ def run_warning(data: dict[str, Any]) -> str | None:
                "interrupted": f"was interrupted ({run.get('interrupted_by')})"}.get(status, status)
         where = f"; it stopped in {run['running']}" if run.get("running") else ""
         return f"INCOMPLETE RUN: the run {how}{where}. This report is not a verdict."
+    if run.get("setup_errors"):
+        return ("SETUP ERROR: " + "; ".join(run["setup_errors"]) + ". That tier checked "
+                "nothing: this report is no verdict on it.")
     if run.get("executed") == 0:
         return ("NO CHECK EXECUTED: every item was skipped or deselected. This report proves "
                 "nothing about the device.")

@@ -34,6 +34,8 @@ from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import check_of, declarations
 
 ITEM_PROPERTY = "amp_item"
+#: the opt-in tiers that ran nothing (plugin.outcomes fills it at the session's end)
+SETUP_ERRORS = pytest.StashKey[list]()
 OBSERVED_PROPERTY = "amp_observed"
 #: an item's reference-defect verdict (amp_conformance.checks.defects.PROPERTY)
 DEFECT_PROPERTY = "amp_defect"
@@ -100,8 +102,11 @@ def item_info(item: pytest.Item) -> dict[str, Any]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _requested(config):
-        for item in items:
+    """Items say what they are: every item for the report, every conformance item for
+    plugin.outcomes (failures by cause, opt-in tiers) with or without one."""
+    every = bool(_requested(config))
+    for item in items:
+        if every or item.get_closest_marker("amp_check") is not None:
             item.user_properties.append((ITEM_PROPERTY, item_info(item)))
 
 
@@ -246,7 +251,8 @@ class ReportWriter:
         interrupted = verdict.interrupted_by(self.config)
         # session.exitstatus: what the run returns, after health.py's DEVICE_LOST
         self._event({"event": "end", "exitstatus": int(session.exitstatus),
-                     "interrupted_by": interrupted})
+                     "interrupted_by": interrupted,
+                     "setup_errors": self.config.stash.get(SETUP_ERRORS, [])})
         if self.journal is not None:
             self.journal.close()
         self._write(build_report(self.acc))

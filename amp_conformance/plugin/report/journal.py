@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.core import registry
+from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import blamed_op
 from amp_conformance.plugin.report.surface import operator_surface
 
@@ -236,6 +237,7 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "lost": acc.lost,
         "restarts": acc.restarts,
         "processes": acc.processes,
+        "setup_errors": (acc.end or {}).get("setup_errors") or [],
     }
 
 
@@ -281,6 +283,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "families": families(results),
         "reference_defects": reference_defects(results),
         **({"operator_surface": surface} if (surface := operator_surface(results)) else {}),
+        "causes": causes.of_results(results),
         "results": results,
     }
 

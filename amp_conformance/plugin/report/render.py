@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from amp_conformance.checks import registry
-from amp_conformance.plugin.report import surface, wrappers
+from amp_conformance.plugin.report import causes, surface, wrappers
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
     headline,
@@ -381,6 +381,7 @@ def render_html(data: dict[str, Any]) -> str:
 <main>
 {_banner(data)}
 {_cards(data)}
+{causes.html(data, _e)}
 <h2 id="families">By check family</h2>
 {_count_table("family", family_rows(data), "No items in this run.")}
 {wrappers.html_section(data)}
@@ -457,6 +458,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         f"{data.get('numerics')}, Python {data.get('python')}.",
         "",
         *_md_table("check family", family_rows(data)),
+        *causes.markdown(data),
         *_md_lost(data),
         *wrappers.markdown_section(data),
         *surface.markdown(data.get("operator_surface")),

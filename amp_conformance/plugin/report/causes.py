@@ -1,0 +1,134 @@
+"""Failures (and skips) grouped by cause: a vendor facing 255 red items with one cause
+reads one row, not 255.
+
+An item's *cause* is the exception type and the telling line of its message
+(:func:`amp_conformance.plugin.report.banner.headline`) with what names the item masked:
+its op and entry, its autocast dtype, ``aten::`` op names, file paths and every number
+(ids, sizes, addresses, HLO instruction numbers). Items whose causes are equal are one
+row, largest first. Pure functions of a report's ``results`` (or of rows shaped like
+them), shared by the JSON, HTML and Markdown reports, ``python -m amp_conformance run``'s
+ending line and the terminal summary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from amp_conformance.plugin.report.banner import headline
+
+#: the outcomes a failure row counts (a strict xpass and an unfinished item fail the run)
+FAILING = ("failed", "error", "xpassed", "unfinished")
+
+_ENTRY = re.compile(r"\s*\[entry [^\]]*\]")
+_ATEN = re.compile(r"\b(aten|prims|xla)::[A-Za-z0-9_.]+")
+_HLO = re.compile(r"%[A-Za-z_][\w.-]*")  # XLA instruction names: %multiply.12, %p2.3
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+)+/?")
+_NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
+_SPACE = re.compile(r"\s+")
+
+
+def _names(result: dict[str, Any]) -> list[str]:
+    """What names this item in its own message: the op (``torch.mm``, ``Tensor.mm``,
+    ``mm``), the entry id, the test's parameter id; longest first, so the op's qualified
+    name is masked before its last part."""
+    names = {result.get("param") or "", result.get("entry") or ""}
+    op = result.get("op") or ""
+    if op:
+        names |= {op, op.rsplit(".", 1)[-1], f"Tensor.{op.rsplit('.', 1)[-1]}"}
+    return sorted((n for n in names if len(n) > 1), key=len, reverse=True)
+
+
+def cause(result: dict[str, Any], limit: int = 240) -> str:
+    """The item's cause: its message's telling line with what names the item masked."""
+    text = headline(result.get("message")) or f"({result.get('outcome', 'no message')})"
+    text = _ENTRY.sub("", text)
+    for name in _names(result):
+        text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<op>", text)
+    dtype = result.get("amp_dtype")
+    if dtype:
+        text = re.sub(rf"\b(torch\.)?{dtype}\b", "<amp dtype>", text)
+    text = _ATEN.sub(lambda m: f"{m.group(1)}::<op>", text)
+    text = _HLO.sub("%<hlo>", text)
+    text = _PATH.sub("<path>", text)
+    text = _NUMBER.sub("N", text)
+    text = _SPACE.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def group(results: Iterable[dict[str, Any]], outcomes: tuple[str, ...] = FAILING
+          ) -> list[dict[str, Any]]:
+    """The items of ``outcomes`` grouped by :func:`cause`: ``[{"cause", "count", "example",
+    "items"}]``, largest first (then by first node id: the same order serial and under
+    xdist); ``example`` is the first item's own line, unmasked; ``items`` their node ids,
+    sorted."""
+    rows: dict[str, dict[str, Any]] = {}
+    for result in sorted(results, key=lambda r: r.get("nodeid") or ""):
+        if result.get("outcome") not in outcomes:
+            continue
+        key = cause(result)
+        row = rows.setdefault(key, {"cause": key, "count": 0,
+                                    "example": headline(result.get("message")) or key,
+                                    "items": []})
+        row["count"] += 1
+        row["items"].append(result.get("nodeid"))
+    return sorted(rows.values(), key=lambda r: -r["count"])
+
+
+def of_results(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The report's ``causes``: its failures and its skips, each grouped by cause."""
+    return {"failures": group(results), "skips": group(results, ("skipped",))}
+
+
+def headcount(rows: list[dict[str, Any]]) -> str:
+    """``"459 failures in 12 causes"``."""
+    total = sum(r["count"] for r in rows)
+    return (f"{total} failure{'s' if total != 1 else ''} in {len(rows)} "
+            f"cause{'s' if len(rows) != 1 else ''}")
+
+
+def summary_line(rows: list[dict[str, Any]], shown: int = 3, width: int = 120) -> str | None:
+    """``"459 failures in 12 causes: 255 × AttributeError: …; 80 × …; …"``, or None."""
+    if not rows:
+        return None
+    parts = [f"{r['count']} × {_cut(r['cause'], width)}" for r in rows[:shown]]
+    more = "; …" if len(rows) > shown else ""
+    return f"{headcount(rows)}: {'; '.join(parts)}{more}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown(data: dict[str, Any], rows_shown: int = 10, items_shown: int = 3) -> list[str]:
+    """Failures by cause, largest first, as Markdown lines (none when nothing failed)."""
+    rows = (data.get("causes") or {}).get("failures") or []
+    if not rows:
+        return []
+    lines = [f"### Failures by cause ({headcount(rows)})", ""]
+    for row in rows[:rows_shown]:
+        items = ", ".join(f"`{n}`" for n in row["items"][:items_shown])
+        more = f", … and {row['count'] - items_shown} more" if row["count"] > items_shown else ""
+        lines.append(f"- **{row['count']}** × {row['cause']} — {items}{more}")
+    if len(rows) > rows_shown:
+        lines.append(f"- … and {len(rows) - rows_shown} more causes (see the HTML report)")
+    return [*lines, ""]
+
+
+def html(data: dict[str, Any], escape: Any) -> str:
+    """Failures and skips by cause, largest first: one row each, its items folded."""
+    parts = []
+    for kind, title in (("failures", "Failures by cause"), ("skips", "Skips by cause")):
+        rows = (data.get("causes") or {}).get(kind) or []
+        if not rows:
+            continue
+        body = "".join(
+            f"<tr><td class='num'>{row['count']}</td><td>{escape(row['cause'])}<details>"
+            f"<summary class='muted'>{escape(row['example'])}</summary>"
+            + "<br>".join(f"<code>{escape(n)}</code>" for n in row["items"])
+            + "</details></td></tr>" for row in rows)
+        parts.append(f"<h2 id='{kind}-by-cause'>{title}</h2><table><thead><tr><th>items</th>"
+                     f"<th>cause (op names, ids and numbers masked)</th></tr></thead>"
+                     f"<tbody>{body}</tbody></table>")
+    return "".join(parts)
