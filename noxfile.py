@@ -9,6 +9,8 @@
     nox -s versions                 # docs/versions.md's matrix table from reports/
     nox -s "wrappers(open_clip)"    # a library's autocast wrappers under the wrapper tier
                                     # (nox -t wrappers: all of them; docs/wrappers.md)
+    nox -s vendor-xla               # PyTorch/XLA end to end from examples/vendors/xla/
+                                    # (nox -t vendors; docs/vendors.md)
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
 commands README.md documents ("Supported torch versions and the nightly matrix"); the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import nox
@@ -234,3 +237,81 @@ def wrappers(session: nox.Session, library: str) -> None:
     except nox.command.CommandFailed:
         block(f"examples/wrappers/{decl}.py does not import (see the session's log)")
     session.run(*wrapper_command(library), *session.posargs, env=env)
+
+
+# -- real out-of-tree autocast implementations (examples/vendors/, docs/vendors.md) -------
+
+#: name -> what its session installs and runs: every requirement pinned, installed from the
+#: package registry into the session's own virtualenv (never part of the default sessions,
+#: the matrix or .ci/run). PyTorch/XLA: a CUDA build of torch 2.9.0 and torch-xla 2.9.0
+#: (about 7 GB), run on XLA:CPU.
+VENDORS = {
+    "xla": {"backend": "PyTorch/XLA", "module": "torch_xla", "device": "xla",
+            "requirements": ["torch==2.9.0", "torch-xla==2.9.0"],
+            "env": {"PJRT_DEVICE": "CPU"}},
+}
+VENDOR_REPORTS = Path("reports") / "vendors"
+VENDOR_META = """import importlib, json, sys, torch
+module = importlib.import_module(sys.argv[1])
+meta = json.loads(sys.argv[3])
+meta.update(version=getattr(module, "__version__", None), torch=torch.__version__)
+json.dump(meta, open(sys.argv[2], "w"), indent=1)
+"""
+
+
+def vendor_suite_args(name: str) -> list[str]:
+    """The pytest arguments of a backend's supervised run, from its folder (README there)."""
+    spec = VENDORS[name]
+    return ["--pyargs", "amp_conformance", "--backend-module", spec["module"], "--device",
+            spec["device"], f"--oplist={spec['device']}.toml",
+            "--capabilities=capabilities.toml", "--xfail-file=xfail.txt"]
+
+
+def vendor_command(name: str) -> str:
+    """The supervised run as a vendor types it in examples/vendors/<name>/."""
+    env = " ".join(f"{k}={v}" for k, v in VENDORS[name]["env"].items())
+    return (f"{env} python -m amp_conformance run --report R.json -- "
+            + " ".join(vendor_suite_args(name))).strip()
+
+
+@nox.session(name="vendor-xla", tags=["vendors"])
+def vendor_xla(session: nox.Session) -> None:
+    """PyTorch/XLA end to end, from examples/vendors/xla/: discover (a draft list from the
+    CUDA lists, to compare with xla.toml), coverage of AutocastXLA by xla.toml, and the
+    supervised suite with its capabilities and expected failures ->
+    reports/vendors/xla.json (+ .meta.json). Then ``python -m
+    amp_conformance.tools.vendors_table --reports reports/vendors --summary
+    docs/vendors-observed.json --write docs/vendors.md`` updates the docs."""
+    _vendor(session, "xla")
+
+
+def _vendor(session: nox.Session, name: str) -> None:
+    spec = VENDORS[name]
+    reports = VENDOR_REPORTS.resolve()
+    reports.mkdir(parents=True, exist_ok=True)
+    for stale in reports.glob(f"{name}.*"):
+        stale.unlink()
+    session.install(*spec["requirements"], env=MATRIX_PIP_ENV)
+    session.install(".", env=MATRIX_PIP_ENV)
+    env = dict(spec["env"])
+    with session.chdir(Path("examples/vendors") / name):
+        session.run("python", "-m", "amp_conformance", "discover", "--device", spec["device"],
+                    "--backend-module", spec["module"], "--out",
+                    str(reports / f"{name}.discovered.toml"), "-q", env=env)
+        coverage = session.run("python", "-m", "amp_conformance", "coverage", "--device",
+                               spec["device"], "--backend-module", spec["module"],
+                               f"--oplist={spec['device']}.toml", "-q", env=env, silent=True)
+        began = time.monotonic()
+        session.run("python", "-m", "amp_conformance", "run", "--report",
+                    str(reports / f"{name}.json"), "--", *vendor_suite_args(name),
+                    *session.posargs, env=env, success_codes=range(256))
+        wall = time.monotonic() - began
+        meta = {k: spec[k] for k in ("backend", "module", "device")}
+        meta.update(command=vendor_command(name), wall_s=round(wall),
+                    coverage=(coverage or "").strip().splitlines()[-1])
+        session.run("python", "-c", VENDOR_META, spec["module"], str(reports / f"{name}.meta.json"),
+                    json.dumps(meta), env=env)
+    run = json.loads((reports / f"{name}.json").read_text()).get("run", {})
+    if run.get("exitstatus") not in (0, None) or run.get("status") != "completed":
+        session.error(f"the {name} run is not green: {run.get('status')}, exit status "
+                      f"{run.get('exitstatus')} (reports/vendors/{name}.md)")

@@ -65,3 +65,24 @@ def test_an_entry_with_a_reference_defect_is_written_as_listed(tmp_path):
         assert entry.reference_defect is not None and entry.expect != "error"
         assert f"REVIEW {entry_id}" not in found["text"]
         assert "float16: reproduced" in entry.note
+
+
+def test_an_error_outside_seen_under_both_dtypes_matches_both(tmp_path):
+    """A call that raises outside autocast with each dtype's own words (PyTorch/XLA's CPU
+    fallback: "... not implemented for 'BFloat16'", "... for 'Half'") gets a pattern that
+    matches each message, so the written list passes under both autocast dtypes."""
+    import re
+
+    from amp_conformance.tools.discover.observe import Observation, Row
+    from amp_conformance.tools.discover.write import entry_table
+
+    entry = next(e for e in oplist.load("cpu").entries if e.id == "ctc_loss-IntList")
+    words = {"bfloat16": "\"ctc_loss_cpu\" not implemented for 'BFloat16'",
+             "float16": "\"ctc_loss_cpu\" not implemented for 'Half'"}
+    row = Row(entry, "fp32", {amp: Observation("fp32", ("float32",), outside=None,
+                                               outside_error=text, as_reference=True)
+                              for amp, text in words.items()})
+    table = entry_table(row, ["bfloat16", "float16"], "cpu", restrict=False)
+    assert table is not None and table["expect_outside"] == "error"
+    for text in words.values():
+        assert re.search(table["error_outside"], text), (table["error_outside"], text)

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import control_dtype
-from amp_conformance.core.casting import is_eligible
+from amp_conformance.core.casting import is_eligible, settle
 from amp_conformance.core.errors import first_line
 
 #: text of an error (anywhere in its message) -> why it is a limit of the fake tier,
@@ -123,7 +123,7 @@ def call(case: Case, name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
     dtype before it, :class:`NotCast` (naming each input) when one was not; any other error
     propagates as it is."""
     if not case.target.fake:
-        return fn(*args, **kwargs)
+        return settle(fn(*args, **kwargs))
     inputs = [*labelled_tensors(args, "args"), *labelled_tensors(kwargs, "kwargs")]
     recorder = CastRecorder(inputs)
     try:

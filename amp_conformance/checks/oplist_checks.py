@@ -18,7 +18,7 @@ from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import control_dtype, expected_inside, expected_outside
 from amp_conformance.checks.reproduction import _dtype_problems, _fail, describe
 from amp_conformance.core import devices
-from amp_conformance.core.casting import hand_cast, output_dtypes
+from amp_conformance.core.casting import hand_cast, output_dtypes, settle
 from amp_conformance.core.compare import compare, compare_meta
 from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.state import unchanged_autocast_state
@@ -94,7 +94,7 @@ def _check_banned(case: Case, found, args, kwargs, observed: dict) -> None:
     for name, fn in found:
         with case.target.autocast(case.amp_dtype):
             try:
-                out = fn(*args, **kwargs)
+                out = settle(fn(*args, **kwargs))
                 observed[name] = [devices.dtype_name(d) for d in output_dtypes(out)]
             except RuntimeError as exc:
                 observed[name] = f"error: {first_line(exc)}"
@@ -172,7 +172,7 @@ def _call_outside(case: Case, fn, args: tuple, kwargs: dict) -> Any:
     """The call outside autocast; under --fake, a limit of the fake tier (an op without a
     fake kernel in this torch reaching for the absent device) is a FakeTierLimit."""
     try:
-        return fn(*args, **kwargs)
+        return settle(fn(*args, **kwargs))
     except Exception as exc:
         limit = fake_casts.not_applicable(exc) if case.target.fake else None
         if limit is None:
@@ -186,7 +186,7 @@ def _check_raises_outside(case: Case, name: str, fn, args, kwargs) -> None:
     bad argument, a missing device) does not pass for the missing kernel."""
     pattern = case.entry.error_outside or ""
     try:
-        fn(*args, **kwargs)
+        settle(fn(*args, **kwargs))
     except (RuntimeError, NotImplementedError, AssertionError) as exc:
         if re.search(pattern, str(exc)):
             return

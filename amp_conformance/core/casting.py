@@ -20,6 +20,18 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
     return tree_map(lambda leaf: fn(leaf) if isinstance(leaf, torch.Tensor) else leaf, value)
 
 
+def settle(value: Any) -> Any:
+    """``value``, with every tensor of it on a device (not cpu, meta or fake) read back once,
+    so that a lazy backend (PyTorch/XLA) computes it now: an error it defers until the graph
+    runs is then raised by the call that caused it, where an eager device raises it."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for t in tensors_in(value):
+        if t.device.type not in ("cpu", "meta") and not isinstance(t, FakeTensor):
+            t.detach().cpu()
+    return value
+
+
 def is_eligible(t: torch.Tensor, device: str) -> bool:
     """Autocast's eligibility rule: floating point, not float64, on the autocast device."""
     return t.is_floating_point() and t.dtype != torch.float64 and t.device.type == device

@@ -33,7 +33,13 @@ from hypothesis import strategies as st
 
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.core import devices
-from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in, widest_eligible
+from amp_conformance.core.casting import (
+    hand_cast,
+    is_eligible,
+    settle,
+    tensors_in,
+    widest_eligible,
+)
 from amp_conformance.core.compare import tolerance_kwargs
 from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.probes import CastCounter
@@ -207,7 +213,7 @@ def _describe(value: Any) -> str:
 
 def _run(fn: Callable[..., Any], args: tuple) -> Outcome:
     try:
-        return Outcome(value=fn(*args))
+        return Outcome(value=settle(fn(*args)))
     except Exception as exc:  # the outcome to compare, not an error of the check
         return Outcome(error=exc)
 

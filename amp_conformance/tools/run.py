@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     code, line = verdict(parts[-1][1], data)
     by_cause = causes.summary_line(causes.group(data.get("results") or []))
     if by_cause and (data.get("run") or {}).get("status") == "completed":
-        line += f"; {by_cause}"  # the rest (lost, crashed) already names what stopped it
+        line = f"{line.rstrip('.')}; {by_cause}"  # a stopped run names what stopped it
     if merged or gave_up:
         data["run"]["exitstatus"] = code  # the run's, not its last child's
         write_report(report, data)

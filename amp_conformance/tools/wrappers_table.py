@@ -25,14 +25,11 @@ committed summary.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 from pathlib import Path
 
-from amp_conformance.core import generated
 from amp_conformance.tools.matrix import read_json
+from amp_conformance.tools.observed_table import Table
 
 BEGIN = "<!-- wrappers-table:begin -->"
 END = "<!-- wrappers-table:end -->"
@@ -163,40 +160,12 @@ def markdown(summary: dict) -> str:
     return "\n".join([*head, *table(summary)]) + "\n"
 
 
-def write(doc: Path, summary: dict) -> bool:
-    return generated.write(doc, BEGIN, END, markdown(summary))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amp_conformance.tools.wrappers_table",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--reports", type=Path, help="a directory of wrapper-tier reports "
-                        "(reports/wrappers): summarize it (into --summary when given)")
-    parser.add_argument("--summary", type=Path, help="the summary JSON: read it (without "
-                        "--reports) or write it (with --reports)")
-    parser.add_argument("--write", metavar="DOC", type=Path, help="replace the table of DOC "
-                        "(docs/wrappers.md) instead of printing it")
-    args = parser.parse_args(argv)
-    if args.reports:
-        if not args.reports.is_dir() or not any(args.reports.glob("*.json")):
-            print(f"error: no reports under {args.reports} (run nox -s wrappers first)",
-                  file=sys.stderr)
-            return 2
-        summary = summarize(args.reports)
-        if args.summary:
-            args.summary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    elif args.summary:
-        summary = read_json(args.summary)
-        if not summary:
-            print(f"error: {args.summary} is not a summary", file=sys.stderr)
-            return 2
-    else:
-        parser.error("give --reports or --summary")
-    if args.write:
-        print(f"{args.write}: {'updated' if write(args.write, summary) else 'up to date'}")
-    else:
-        sys.stdout.write(markdown(summary))
-    return 0
+TABLE = Table(prog="python -m amp_conformance.tools.wrappers_table",
+              description=__doc__.splitlines()[0], reports="reports/wrappers",
+              session="nox -s wrappers", marker="*.json", summarize=summarize,
+              markdown=markdown, begin=BEGIN, end=END)
+write = TABLE.write
+main = TABLE.main
 
 
 if __name__ == "__main__":

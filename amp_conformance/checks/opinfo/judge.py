@@ -31,7 +31,7 @@ import torch
 from amp_conformance.checks.opinfo import source
 from amp_conformance.checks.opinfo.reference import PolicyTable, ReferenceBanned, casting
 from amp_conformance.core import devices
-from amp_conformance.core.casting import output_dtypes
+from amp_conformance.core.casting import output_dtypes, settle
 from amp_conformance.core.compare import compare, compare_meta
 from amp_conformance.core.dispatch import shared_observer
 from amp_conformance.core.errors import ConformanceFailure, describe_error, first_line
@@ -78,7 +78,7 @@ def run(fn: Callable[[], Any], device: str, fake: bool) -> Run:
     with source.seeded("cpu" if fake else device), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return Run(fn())
+            return Run(settle(fn()))
         except Exception as exc:  # noqa: BLE001 - every error is judged, none hidden
             return Run(error=exc)
 

@@ -13,7 +13,13 @@ from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import expected_inside
 from amp_conformance.checks.kernel_entry import NEEDS_KERNEL
 from amp_conformance.core import devices
-from amp_conformance.core.casting import hand_cast, output_dtypes, tensors_in, widest_eligible
+from amp_conformance.core.casting import (
+    hand_cast,
+    output_dtypes,
+    settle,
+    tensors_in,
+    widest_eligible,
+)
 from amp_conformance.core.compare import compare
 from amp_conformance.core.dispatch import shared_observer
 from amp_conformance.core.errors import ConformanceFailure, describe_error, first_line
@@ -88,9 +94,9 @@ def _call(target: Target, fn: Any, args: tuple, kwargs: dict, amp_dtype: torch.d
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if amp_dtype is None:
-                return fn(*args, **kwargs)
+                return settle(fn(*args, **kwargs))
             with target.autocast(amp_dtype):
-                return fn(*args, **kwargs)
+                return settle(fn(*args, **kwargs))
     except Exception as exc:  # an op may raise anything; the error is what is observed
         return exc
 

@@ -120,13 +120,20 @@ def entry_table(row: Row, group: list[str], reference: str, restrict: bool,
     if obs.policy in ("unchanged", "other") or (default and expect != default) or \
             (obs.policy == "promote" and isinstance(expect, list)):
         table["expect"] = expect
+    if obs.policy == "unchanged":
+        # autocast did nothing: the control is the same call with autocast off (builtin
+        # promotion, which a 0-dim float32 beside lower-precision tensors does not widen)
+        table["cast"] = "none"
     if obs.policy == "error":
         table["expect"] = "error"
         table["error"] = obs.message
     if "expect_outside" in raw:  # the reference's, re-derived from what was seen here
         table["expect_outside"] = outside
-        if outside == "error" and obs.outside_error:  # the message seen, as the pattern
-            table["error_outside"] = re.escape(obs.outside_error)
+        seen = list(dict.fromkeys(row.observed[g].outside_error for g in group
+                                  if row.observed[g].outside_error))
+        if outside == "error" and seen:  # the messages seen (one per dtype), as the pattern
+            table["error_outside"] = (re.escape(seen[0]) if len(seen) == 1 else
+                                      "(?:" + "|".join(map(re.escape, seen)) + ")")
         elif outside != "error":
             table.pop("error_outside", None)
     if restrict:

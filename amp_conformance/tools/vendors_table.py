@@ -1,0 +1,133 @@
+"""docs/vendors.md's table: real out-of-tree autocast implementations, run through the suite.
+
+``nox -s vendor-<name>`` (e.g. ``vendor-xla``) installs a backend from the package registry
+into its own virtualenv, runs ``discover``, ``coverage`` and the supervised suite from its
+folder (``examples/vendors/<name>/``) and leaves, in ``reports/vendors/``:
+
+- ``<name>.json``: the supervised run's report (docs/report-schema.md);
+- ``<name>.meta.json``: ``{"backend", "module", "version", "torch", "device", "command",
+  "coverage", "wall_s"}``: what was run, and the coverage line.
+
+:func:`summarize` turns that directory into one compact summary (``docs/vendors-observed.json``
+is the committed one), :func:`markdown` turns it into the table and the departures, and
+``--write`` puts them between the markers of docs/vendors.md::
+
+    python -m amp_conformance.tools.vendors_table --reports reports/vendors \\
+        --summary docs/vendors-observed.json --write docs/vendors.md
+    python -m amp_conformance.tools.vendors_table --summary docs/vendors-observed.json \\
+        --write docs/vendors.md            # regenerate from the committed summary
+
+Each departure is an item the backend's ``xfail.txt`` declares (its reason names the
+reproduction under ``examples/vendors/<name>/defects/``), grouped by that reason; failures
+are grouped by cause (:mod:`amp_conformance.plugin.report.causes`). A project test keeps
+docs/vendors.md equal to what :func:`markdown` makes from the committed summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amp_conformance.plugin.report import causes
+from amp_conformance.tools.matrix import read_json
+from amp_conformance.tools.observed_table import Table
+
+BEGIN = "<!-- vendors-table:begin -->"
+END = "<!-- vendors-table:end -->"
+COUNTS = ("passed", "failed", "xfailed", "skipped", "error", "xpassed")
+
+
+def _reason(message: str | None) -> str:
+    """An expected failure's declared reason: its first line, the ``[file:line]`` dropped."""
+    first = ((message or "").strip().splitlines() or [""])[0]
+    return first.rsplit(" [", 1)[0] if first.endswith("]") else first
+
+
+def _departures(results: list[dict]) -> list[dict]:
+    """The xfailed items grouped by their declared reason, largest first."""
+    groups: dict[str, list[str]] = {}
+    for r in results:
+        if r.get("outcome") == "xfailed":
+            groups.setdefault(_reason(r.get("message")), []).append(r.get("nodeid", ""))
+    return [{"reason": reason, "count": len(items), "items": sorted(items)}
+            for reason, items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def summarize(root: Path) -> dict:
+    """The summary of a directory of vendor runs (layout in the module docstring)."""
+    backends = []
+    for meta_path in sorted(root.glob("*.meta.json")):
+        key = meta_path.name.split(".", 1)[0]
+        meta, report = read_json(meta_path), read_json(root / f"{key}.json")
+        run = report.get("run") or {}
+        results = report.get("results") or []
+        backends.append({
+            "session": key, **{k: meta.get(k) for k in ("backend", "module", "version", "device",
+                                                        "command", "coverage", "wall_s")},
+            "torch": report.get("torch") or meta.get("torch"),
+            "status": run.get("status") or ("unreadable" if not report else "completed"),
+            "exitstatus": run.get("exitstatus"), "processes": run.get("processes", 1),
+            "counts": {k: (report.get("summary") or {}).get(k, 0) for k in COUNTS},
+            "departures": _departures(results),
+            "failures": [{k: row[k] for k in ("cause", "count", "items")}
+                         for row in causes.group(results)],
+        })
+    return {"backends": backends}
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(summary: dict) -> list[str]:
+    lines = ["| backend | version | torch | device | passed | failed | xfailed | skipped | "
+             "run | coverage |", "| --- " * 10 + "|"]
+    for b in summary.get("backends") or []:
+        c = b["counts"]
+        run = f"{b['status']}, exit {b.get('exitstatus')}, {b.get('processes', 1)} process" + (
+            "es" if b.get("processes", 1) != 1 else "")
+        lines.append(f"| {b.get('backend')} (`{b.get('module')}`) | {b.get('version')} | "
+                     f"{b.get('torch')} | {b.get('device')} | {c['passed']} | "
+                     f"{c['failed'] + c['error'] + c['xpassed']} | {c['xfailed']} | "
+                     f"{c['skipped']} | {run} | {_cell(b.get('coverage') or '—')} |")
+    return lines
+
+
+def details(backend: dict) -> list[str]:
+    """The run's command, then each departure with its evidence, then any failure."""
+    lines = [f"### {backend.get('backend')} {backend.get('version')}", "",
+             f"`{backend.get('command')}`" + (f" ({backend['wall_s']:.0f} s)"
+                                             if backend.get("wall_s") else ""), ""]
+    departures = backend.get("departures") or []
+    if departures:
+        lines += [f"Departures ({sum(d['count'] for d in departures)} items, declared in "
+                  "xfail.txt; each reason names its reproduction):", ""]
+        lines += [f"- **{d['count']}** × {_cell(d['reason'])} — `{d['items'][0]}`"
+                  + (f" and {d['count'] - 1} more" if d["count"] > 1 else "")
+                  for d in departures]
+        lines.append("")
+    failures = backend.get("failures") or []
+    if failures:
+        lines += [f"Failures ({causes.headcount(failures)}):", ""]
+        lines += [f"- **{f['count']}** × {_cell(f['cause'])} — `{f['items'][0]}`"
+                  for f in failures]
+        lines.append("")
+    return lines
+
+
+def markdown(summary: dict) -> str:
+    body = table(summary) + [""]
+    for backend in summary.get("backends") or []:
+        body += details(backend)
+    return "\n".join(body).rstrip("\n") + "\n"
+
+
+TABLE = Table(prog="python -m amp_conformance.tools.vendors_table",
+              description=__doc__.splitlines()[0], reports="reports/vendors",
+              session="nox -s vendor-xla", marker="*.meta.json", summarize=summarize,
+              markdown=markdown, begin=BEGIN, end=END)
+write = TABLE.write
+main = TABLE.main
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
