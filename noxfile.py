@@ -277,9 +277,9 @@ def vendor_command(name: str) -> str:
 @nox.session(name="vendor-xla", tags=["vendors"])
 def vendor_xla(session: nox.Session) -> None:
     """PyTorch/XLA end to end, from examples/vendors/xla/: discover (a draft list from the
-    CUDA lists, to compare with xla.toml), coverage of AutocastXLA by xla.toml, and the
-    supervised suite with its capabilities and expected failures ->
-    reports/vendors/xla.json (+ .meta.json). Then ``python -m
+    CUDA lists, to compare with xla.toml), coverage of AutocastXLA by xla.toml, the
+    supervised suite with its capabilities and expected failures, and the atlas's xla
+    column beside cpu -> reports/vendors/xla.json (+ .meta.json, .atlas.md). Then ``python -m
     amp_conformance.tools.vendors_table --reports reports/vendors --summary
     docs/vendors-observed.json --write docs/vendors.md`` updates the docs."""
     _vendor(session, "xla")
@@ -292,7 +292,7 @@ def _vendor(session: nox.Session, name: str) -> None:
     for stale in reports.glob(f"{name}.*"):
         stale.unlink()
     session.install(*spec["requirements"], env=MATRIX_PIP_ENV)
-    session.install(".", env=MATRIX_PIP_ENV)
+    session.install(".[opinfo]", env=MATRIX_PIP_ENV)  # the atlas reads op_db (expecttest)
     env = dict(spec["env"])
     with session.chdir(Path("examples/vendors") / name):
         session.run("python", "-m", "amp_conformance", "discover", "--device", spec["device"],
@@ -306,6 +306,10 @@ def _vendor(session: nox.Session, name: str) -> None:
                     str(reports / f"{name}.json"), "--", *vendor_suite_args(name),
                     *session.posargs, env=env, success_codes=range(256))
         wall = time.monotonic() - began
+        session.run("python", "-m", "amp_conformance", "atlas", "--devices",
+                    f"{spec['device']},cpu", "--backend-module", spec["module"],
+                    f"--oplist={spec['device']}.toml", "--out", str(reports / f"{name}.atlas.md"),
+                    "--json", str(reports / f"{name}.atlas.json"), env=env)
         meta = {k: spec[k] for k in ("backend", "module", "device")}
         meta.update(command=vendor_command(name), wall_s=round(wall),
                     coverage=(coverage or "").strip().splitlines()[-1])

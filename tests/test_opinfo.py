@@ -4,6 +4,7 @@ departures, the option, the report's operator-surface table and the atlas."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -146,7 +147,7 @@ def test_the_atlas_page_is_its_json_and_a_slice_of_it_is_current():
     if data["torch"] != torch.__version__:
         pytest.skip(f"docs/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
     ops = ["addmm", "sin", "linalg.pinv-singular", "softmax", "cat", "nn.functional.binary_cross_entropy"]
-    fresh = atlas.build(["cpu", "cuda"], ops)
+    fresh = atlas.build(["cpu", "cuda"], ops, isolated=False)
     assert {op: {d: data["ops"][op][d] for d in ("cpu", "cuda")} for op in ops} == fresh["ops"]
 
 
@@ -166,3 +167,20 @@ def test_one_process_may_judge_one_device_after_another():
                                 (Target("cuda", fake=True), torch.float16, "nn.functional.conv3d"),
                                 (CPU, torch.bfloat16, "tensordot")]:
         assert outcomes(target, dtype, name) == {judge.AGREES}, (target, name)
+
+
+def test_an_atlas_cell_that_kills_the_process_says_so_and_the_rest_is_made(tmp_path):
+    """A backend that dies in one op (tests/backends/amp_crash.py: AutocastCPU roll aborts)
+    costs that cell only: the atlas runs each device's cells in a child and goes on past it."""
+    backends = Path(__file__).parent / "backends"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(backends), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "atlas.json"
+    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "atlas", "--devices", "cpu",
+                           "--backend-module", "amp_crash", "--ops", "add,roll,mm",
+                           "--json", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = {op: c["cpu"] for op, c in json.loads(out.read_text())["ops"].items()}
+    assert cells["roll"] == "crashed the process (killed by SIGABRT)", cells
+    assert cells["add"].startswith("alone → ") and cells["mm"] == "lower → bfloat16", cells

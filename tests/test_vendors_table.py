@@ -25,6 +25,8 @@ def _reports(root: Path) -> Path:
         {"nodeid": "s.py::test_b[xla-2]", "outcome": "xfailed",
          "message": "torch_xla: kernel X is wrong (defects/x.py) [xfail.txt:4]\nRuntimeError: x"},
         {"nodeid": "s.py::test_c[xla]", "outcome": "failed", "message": "RuntimeError: boom 3"},
+        {"nodeid": "s.py::test_d[xla]", "outcome": "xfailed",
+         "message": "known PyTorch defect: dynamo misses it\nAssertionError: y"},
     ]
     report = {"torch": "2.9.0", "run": {"status": "completed", "exitstatus": 1, "processes": 2},
               "summary": {"passed": 1, "failed": 1, "xfailed": 2, "skipped": 0},
@@ -48,6 +50,9 @@ def test_a_run_becomes_a_row_its_departures_and_its_failures(tmp_path):
     assert "| PyTorch/XLA (`torch_xla`) | 2.9.0 | 2.9.0 | xla | 1 | 1 | 2 | 0 |" in text
     assert "**2** × torch_xla: kernel X is wrong (defects/x.py)" in text
     assert "**1** × RuntimeError: boom N" in text
+    assert backend["pytorch_defects"] == [{"reason": "known PyTorch defect: dynamo misses it",
+                                           "count": 1, "items": ["s.py::test_d[xla]"]}]
+    assert "PyTorch's own known defects met on this torch (1 items" in text
 
 
 def test_the_command_line_writes_the_summary_and_the_document(tmp_path):

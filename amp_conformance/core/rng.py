@@ -4,8 +4,9 @@ Where the device has a ``torch.<device>`` module with ``get_rng_state`` (cuda, x
 PrivateUse1 backend's module) torch forks it; where its generator lives elsewhere the
 device's profile names the module (PyTorch/XLA: ``torch_xla.core.xla_model``, whose
 ``get_rng_state()``/``set_rng_state(seed)`` hold the device's seed); otherwise only the cpu
-generator is seeded, and what the device draws itself is not reproducible (samples are then
-drawn on cpu and moved, :func:`can_fork`).
+generator is seeded. Only a generator torch forks (:func:`can_fork`) makes a draw on the device
+reproducible from a printed ``torch.manual_seed``: elsewhere samples are drawn on cpu and
+moved, and the profile's module seeds only what the calls themselves draw (dropout).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ def _module_rng(device: str) -> Any:
 
 
 def can_fork(device: str) -> bool:
-    """Whether the device's own generator can be seeded and restored here."""
+    """Whether the device draws from a generator torch itself seeds and restores
+    (``torch.manual_seed``, ``torch.random.fork_rng``): only then is what it draws
+    reproducible from a printed ``torch.manual_seed`` (others draw on cpu and move)."""
     if device in HOST:
         return True
-    return (hasattr(devices.device_module(device), "get_rng_state")
-            or _module_rng(device) is not None)
+    return hasattr(devices.device_module(device), "get_rng_state")
 
 
 @contextlib.contextmanager

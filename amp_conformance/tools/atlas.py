@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: all)")
     parser.add_argument("--out", default=None, metavar="PATH.md", help="write the page here")
     parser.add_argument("--json", default=None, metavar="PATH.json", help="write the cells as JSON")
+    parser.add_argument("--cells", default=None, help=argparse.SUPPRESS)  # build()'s child
     parser.add_argument("--diff", nargs=2, default=None, metavar=("OLD.json", "NEW.json"),
                         help="list the ops whose cells differ between two atlases, and exit")
 
@@ -83,20 +87,67 @@ def cell(ref: source.OpRef, target: Target, oplists: tuple[str, ...] = ()) -> st
 
 
 def build(device_types: list[str], ops: list[str] | None = None,
-          oplists: tuple[str, ...] = ()) -> dict[str, Any]:
+          oplists: tuple[str, ...] = (), backend_modules: tuple[str, ...] = (),
+          isolated: bool = True) -> dict[str, Any]:
+    """The atlas; ``isolated``: each device's cells in a child process (the command), else
+    here (a test that trusts the backend)."""
     refs = [r for r in source.refs() if ops is None or r.id in ops]
     targets = {d: target_of(d) for d in device_types}
+    by_device = {d: (_cells_isolated(d, [r.id for r in refs], oplists, backend_modules)
+                     if isolated else {r.id: cell(r, t, oplists) for r in refs})
+                 for d, t in targets.items()}
     return {"torch": torch.__version__,
             "devices": {d: {"fake": t.fake, "amp_dtype": devices.dtype_name(
                 devices.default_amp_dtype(d))} for d, t in targets.items()},
-            "ops": _cells(refs, targets, oplists)}
+            "ops": {r.id: {d: by_device[d][r.id] for d in targets} for r in refs}}
 
 
-def _cells(refs: list[source.OpRef], targets: dict[str, Target],
-           oplists: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """Device by device (one device's observers and reference kernels at a time)."""
-    by_device = {d: {r.id: cell(r, t, oplists) for r in refs} for d, t in targets.items()}
-    return {r.id: {d: by_device[d][r.id] for d in targets} for r in refs}
+def _cells_isolated(device: str, ops: list[str], oplists: tuple[str, ...],
+                    backend_modules: tuple[str, ...]) -> dict[str, str]:
+    """One device's cells, computed in a child process that journals each cell (one
+    device's observers and reference kernels at a time): a backend that kills the process
+    in one op (PyTorch/XLA's ``roll`` of an empty tensor: SIGFPE) costs that cell, which
+    says so, and a fresh child goes on with the next op."""
+    cells: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = Path(tmp) / "cells.jsonl"
+        while len(cells) < len(ops):
+            left = [op for op in ops if op not in cells]
+            child = subprocess.run(
+                [sys.executable, "-m", "amp_conformance", "atlas", "--devices", device,
+                 "--ops", ",".join(left), "--cells", str(journal),
+                 *[f"--backend-module={m}" for m in backend_modules],
+                 *[f"--oplist={p}" for p in oplists]], stdout=subprocess.DEVNULL)
+            running = None
+            for line in journal.read_text(encoding="utf-8").splitlines():
+                event = json.loads(line)
+                if "cell" in event:
+                    cells[event["op"]], running = event["cell"], None
+                else:
+                    running = event["op"]
+            if running is None and len(cells) < len(ops):
+                running = next(op for op in ops if op not in cells)
+            if running is not None:
+                cells[running] = f"crashed the process ({_how(child.returncode)})"
+    return cells
+
+
+def _how(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
+def journal_cells(device: str, ops: list[str], oplists: tuple[str, ...], path: Path) -> None:
+    """The child's side: each cell of ``device``, journalled before and after it is made."""
+    refs = {r.id: r for r in source.refs()}
+    target = target_of(device)
+    with path.open("a", encoding="utf-8") as out:
+        for op in ops:
+            out.write(json.dumps({"op": op}) + "\n")
+            out.flush()
+            out.write(json.dumps({"op": op, "cell": cell(refs[op], target, oplists)}) + "\n")
+            out.flush()
 
 
 def markdown(atlas: dict[str, Any]) -> str:
@@ -147,8 +198,13 @@ def run(args: argparse.Namespace) -> int:
     except (BackendError, source.OpDbUnavailable) as exc:
         print(f"atlas: {exc}", file=sys.stderr)
         return 2
-    atlas = build([d.strip() for d in args.devices.split(",") if d.strip()],
-                  args.ops.split(",") if args.ops else None, tuple(args.oplist))
+    device_types = [d.strip() for d in args.devices.split(",") if d.strip()]
+    ops = args.ops.split(",") if args.ops else None
+    if args.cells:  # a child of build(): one device's cells into the journal
+        journal_cells(device_types[0], ops or [r.id for r in source.refs()],
+                      tuple(args.oplist), Path(args.cells))
+        return 0
+    atlas = build(device_types, ops, tuple(args.oplist), tuple(args.backend_module))
     if args.devices != ",".join(DEVICES) or args.backend_module or args.oplist:
         atlas["command"] = command_of(args)  # a page of another atlas than docs/atlas.md
     page = markdown(atlas)

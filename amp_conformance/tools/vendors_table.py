@@ -25,6 +25,7 @@ docs/vendors.md equal to what :func:`markdown` makes from the committed summary.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from amp_conformance.plugin.report import causes
@@ -36,18 +37,27 @@ END = "<!-- vendors-table:end -->"
 COUNTS = ("passed", "failed", "xfailed", "skipped", "error", "xpassed")
 
 
-def _reason(message: str | None) -> str:
-    """An expected failure's declared reason: its first line, the ``[file:line]`` dropped."""
+_DECLARED = re.compile(r" \[[^\]]*:\d+\]$")  # the "[xfail.txt:12]" of a declared line
+
+
+def _reason(message: str | None) -> tuple[str, bool]:
+    """An expected failure's reason (its first line, the ``[file:line]`` dropped), and
+    whether an expected-failures file declared it (else the suite's own known PyTorch
+    defect)."""
     first = ((message or "").strip().splitlines() or [""])[0]
-    return first.rsplit(" [", 1)[0] if first.endswith("]") else first
+    declared = _DECLARED.search(first)
+    return (first[:declared.start()] if declared else first), declared is not None
 
 
-def _departures(results: list[dict]) -> list[dict]:
-    """The xfailed items grouped by their declared reason, largest first."""
+def _xfails(results: list[dict], declared: bool) -> list[dict]:
+    """The xfailed items (declared by the backend's file, or the suite's own) grouped by
+    reason, largest first."""
     groups: dict[str, list[str]] = {}
     for r in results:
         if r.get("outcome") == "xfailed":
-            groups.setdefault(_reason(r.get("message")), []).append(r.get("nodeid", ""))
+            reason, by_file = _reason(r.get("message"))
+            if by_file == declared:
+                groups.setdefault(reason, []).append(r.get("nodeid", ""))
     return [{"reason": reason, "count": len(items), "items": sorted(items)}
             for reason, items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
@@ -67,7 +77,8 @@ def summarize(root: Path) -> dict:
             "status": run.get("status") or ("unreadable" if not report else "completed"),
             "exitstatus": run.get("exitstatus"), "processes": run.get("processes", 1),
             "counts": {k: (report.get("summary") or {}).get(k, 0) for k in COUNTS},
-            "departures": _departures(results),
+            "departures": _xfails(results, declared=True),
+            "pytorch_defects": _xfails(results, declared=False),
             "failures": [{k: row[k] for k in ("cause", "count", "items")}
                          for row in causes.group(results)],
         })
@@ -104,6 +115,14 @@ def details(backend: dict) -> list[str]:
         lines += [f"- **{d['count']}** × {_cell(d['reason'])} — `{d['items'][0]}`"
                   + (f" and {d['count'] - 1} more" if d["count"] > 1 else "")
                   for d in departures]
+        lines.append("")
+    known = backend.get("pytorch_defects") or []
+    if known:
+        lines += [f"PyTorch's own known defects met on this torch ({sum(d['count'] for d in known)} "
+                  "items, recorded in the suite, expected on every device):", ""]
+        lines += [f"- **{d['count']}** × {_cell(d['reason'])[:160]}"
+                  + ("…" if len(d["reason"]) > 160 else "") + f" — `{d['items'][0]}`"
+                  for d in known]
         lines.append("")
     failures = backend.get("failures") or []
     if failures:
