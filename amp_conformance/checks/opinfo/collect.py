@@ -8,6 +8,10 @@ where that module is collected.
 - One item per (amp dtype, OpInfo) in op_db's order, id ``<device>-<dtype>-<op>[-<variant>]``;
   an OpInfo the tier cannot use on the device is generated and skipped with why, so the
   report accounts for every op of op_db.
+
+``plugin.parametrize`` imports this module before the suite module's ``pytest_plugins``
+names it, too late for pytest to rewrite its asserts (it has none): PYTEST_DONT_REWRITE
+says so, and pytest does not warn that it could not.
 """
 
 from __future__ import annotations
