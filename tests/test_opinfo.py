@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
-from amp_conformance.checks.opinfo import check, judge, reference, source  # noqa: E402
+from amp_conformance.checks.opinfo import calls, check, judge, reference, source  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
 from amp_conformance.core.target import Target  # noqa: E402
 from amp_conformance.plugin.report.surface import markdown, operator_surface  # noqa: E402
@@ -57,10 +57,27 @@ def test_promote_follows_the_widest_type_the_contract_intends():
                                         ("tensordot", judge.COMPOSITE)])
 def test_every_form_of_an_op_is_judged_with_its_kind(name, kind):
     case = check.OpinfoCase(CPU, torch.bfloat16, source.OpRef(name), samples=1)
-    verdicts = check.verdicts_of(case)
+    verdicts, _ = check.verdicts_of(case)
     assert {v.form.label for v in verdicts} >= {"sample0", "sample0-noncontiguous"}
+    function = [v for v in verdicts if v.form.variant == calls.FUNCTION]
+    assert all(v.outcome == judge.AGREES for v in function), [v.detail for v in function]
+    assert {v.kind for v in function} == {kind}
+    # a composite's out= form under autocast: its policy op's lower-precision result does
+    # not fit a float32 out tensor, in PyTorch's reference as on the device (both raise)
+    assert {v.outcome for v in verdicts} <= {judge.AGREES, judge.CAPABILITY}
+
+
+def test_the_variants_of_an_op_are_judged_and_enter_no_autocast_kernel():
+    """addmm as a method, in place and with out=: PyTorch has no autocast kernel for the
+    in-place and out= overloads (they run on the dtypes they are given), and the method
+    enters the same one as the function."""
+    verdicts, _ = check.verdicts_of(check.OpinfoCase(CPU, torch.bfloat16, source.OpRef("addmm"),
+                                                     samples=1))
+    by = {v.form.label: v for v in verdicts}
+    assert {"sample0-method", "sample0-inplace", "sample0-out"} <= set(by), sorted(by)
+    assert by["sample0-method"].kind == judge.POLICY
+    assert by["sample0-inplace"].kind == by["sample0-out"].kind == judge.ALONE
     assert all(v.outcome == judge.AGREES for v in verdicts), [v.detail for v in verdicts]
-    assert {v.kind for v in verdicts} == {kind}
 
 
 def test_a_dropped_keyword_fails_naming_the_form_and_a_reproduction_that_runs():
@@ -78,8 +95,9 @@ def test_a_dropped_keyword_fails_naming_the_form_and_a_reproduction_that_runs():
 
 
 def test_a_recorded_departure_is_the_defect_reproduced_not_a_pass_by_skip():
-    verdicts = check.verdicts_of(check.OpinfoCase(CPU, torch.bfloat16,
-                                                  source.OpRef("linalg.pinv", "singular"), samples=1))
+    verdicts, _ = check.verdicts_of(check.OpinfoCase(CPU, torch.bfloat16,
+                                                     source.OpRef("linalg.pinv", "singular"),
+                                                     samples=1))
     assert {v.outcome for v in verdicts if v.form.build == torch.float32} == {judge.DEFECT}
     assert {v.defect for v in verdicts if v.defect} == {"linalg-pinv-not-on-fp32-list"}
 
@@ -114,7 +132,7 @@ def test_the_shipped_departures_file_parses():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--amp-opinfo", "--amp-opinfo-samples", "x"], "expected a positive number of samples or 'all'"),
+    (["--amp-opinfo", "--amp-opinfo-samples", "x"], "expected 'forms', 'all' or a positive number"),
     (["--amp-opinfo-samples", "2"], "--amp-opinfo-samples needs --amp-opinfo"),
 ])
 def test_a_bad_sample_bound_is_a_usage_error(tmp_path, args, says):
@@ -162,7 +180,7 @@ def test_one_process_may_judge_one_device_after_another():
     cpu again once gave the second device the first one's kernels)."""
     def outcomes(target, dtype, name):
         case = check.OpinfoCase(target, dtype, source.OpRef(name), samples=1)
-        return {v.outcome for v in check.verdicts_of(case, first_only=True)}
+        return {v.outcome for v in check.verdicts_of(case, first_only=True)[0]}
     for target, dtype, name in [(CPU, torch.bfloat16, "tensordot"),
                                 (Target("cuda", fake=True), torch.float16, "nn.functional.conv3d"),
                                 (CPU, torch.bfloat16, "tensordot")]:

@@ -305,3 +305,24 @@ def test_representative_mutants_are_all_killed(tmp_path):
     assert any(line.startswith("time: ") for line in lines)
     for name in REPRESENTATIVE:
         assert any(line.startswith("KILLED") and f" {name} " in line for line in lines), name
+
+
+#: the OpInfo tier's mutants whose bug lives beyond the first two samples (mutants_opinfo)
+BEYOND_TWO_SAMPLES = ("opinfo-conv2d-ignores-groups", "opinfo-mse-loss-drops-reduction",
+                      "opinfo-matmul-vector-into-batch", "opinfo-baddbmm-ignores-beta")
+
+
+@pytest.mark.parametrize("name", BEYOND_TWO_SAMPLES)
+def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, monkeypatch, name):
+    """The first two samples of the op pass the mutant; the default draw (every argument
+    form) fails it, naming the op and a sample past the second."""
+    mutant = CATALOGUE[name]
+    monkeypatch.setenv("AMP_CONFORMANCE_MUTANT", name)
+    args = ["-p", "amp_conformance.tools.selftest.plugin", "--pyargs", "amp_conformance.suite",
+            "-k", mutant.select, *mutant.suite_options(), "-p", "no:cacheprovider"]
+    two = pytester.runpytest(*args, "--amp-opinfo-samples", "2")
+    assert two.ret == pytest.ExitCode.OK, two.stdout.str()[-2000:]
+    forms = pytester.runpytest(*args)
+    assert forms.ret == pytest.ExitCode.TESTS_FAILED, forms.stdout.str()[-2000:]
+    failures = runner.Run(name, forms.ret, forms.stdout.str(), 0.0).failures()
+    assert any(all(t in message for t in mutant.expected_texts) for message in failures.values())

@@ -93,8 +93,9 @@ _OPTIONS = {
              "autocast against the declared policy; opt-in (no item without it; needs expecttest)",
     ),
     "--amp-opinfo-samples": dict(
-        dest="amp_opinfo_samples", default=None, metavar="N|all",
-        help="samples per OpInfo and build dtype in the --amp-opinfo tier (default: 2)",
+        dest="amp_opinfo_samples", default=None, metavar="forms|all|N",
+        help="which samples of each OpInfo and build dtype the --amp-opinfo tier judges: "
+             "forms (default: the fewest that show every argument form), all, or the first N",
     ),
     "--amp-compile": dict(
         dest="amp_compile", default=None, metavar="BACKEND",
@@ -144,8 +145,8 @@ class Settings:
     compile_backend: str | None = None
     #: --amp-opinfo: the OpInfo tier is on
     opinfo: bool = False
-    #: --amp-opinfo-samples: samples per OpInfo and build dtype (None: all)
-    opinfo_samples: int | None = 2
+    #: --amp-opinfo-samples: "forms" (every argument form), "all", or the first N samples
+    opinfo_samples: int | str = "forms"
     #: how the policy properties call each op (``strategies.FORMS`` merged with the
     #: ``pytest_amp_conformance_property_forms`` hooks); None: ``strategies.FORMS`` alone
     forms: Mapping[str, Callable[..., tuple]] | None = field(default=None, compare=False,
@@ -201,15 +202,15 @@ def _opinfo(config: pytest.Config) -> dict[str, Any]:
     on = bool(config.getoption("amp_opinfo", default=False))
     from amp_conformance.checks.opinfo import source
 
-    samples: int | None = source.DEFAULT_SAMPLES
+    samples: int | str = source.DEFAULT_SAMPLES
     if raw is not None:
-        if raw == "all":
-            samples = None
+        if raw in ("forms", "all"):
+            samples = raw
         elif raw.isdigit() and int(raw) > 0:
             samples = int(raw)
         else:
-            raise pytest.UsageError(f"amp-conformance: --amp-opinfo-samples {raw!r}: expected a "
-                                    "positive number of samples or 'all'")
+            raise pytest.UsageError(f"amp-conformance: --amp-opinfo-samples {raw!r}: expected "
+                                    "'forms', 'all' or a positive number of samples")
         if not on:
             raise pytest.UsageError("amp-conformance: --amp-opinfo-samples needs --amp-opinfo")
     if on:

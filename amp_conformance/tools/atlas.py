@@ -63,7 +63,7 @@ def cell(ref: source.OpRef, target: Target, oplists: tuple[str, ...] = ()) -> st
     amp = devices.default_amp_dtype(target.device)
     case = check.OpinfoCase(target, amp, ref, samples=1, oplists=oplists)
     try:
-        verdict = next(iter(check.verdicts_of(case, first_only=True)), None)
+        verdict = next(iter(check.verdicts_of(case, first_only=True)[0]), None)
     except check.NotApplicable:
         return "—"
     if verdict is None or verdict.outcome == judge.NOT_APPLICABLE:

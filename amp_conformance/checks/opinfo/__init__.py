@@ -5,8 +5,13 @@ PyTorch's own OpInfo database (``op_db``) of the running release, every sample i
 argument form it has, and holds each to the policy:
 
 - ``source``: op_db, imported once and only when the tier is on; the OpInfos a device can
-  run; the samples of an op in their forms (float32 and amp-dtype builds, each with its
-  non-contiguous twin); a reproduction that runs as pasted.
+  run; their samples, drawn with a fixed seed, moved onto the device where needed.
+- ``forms``: a sample's argument forms (ranks, broadcasting, 0-dim and empty operands,
+  scalars, keywords and their values, layout, dtypes), and the fewest samples that show
+  every form of an op (the default draw).
+- ``calls``: the calls judged: the chosen samples in float32 and amp-dtype builds, each
+  with its non-contiguous twin, and the method, in-place and ``out=`` variants; each run on
+  its own copy of the sample; a reproduction that runs as pasted.
 - ``reference``: the reference autocast. The device's op lists say each policy overload's
   cast (observed once: which overload each entry enters); a Python kernel above every
   Autocast key casts exactly there, with autocast off. The same call through it is the

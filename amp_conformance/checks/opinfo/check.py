@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks import defects
-from amp_conformance.checks.opinfo import judge, source
+from amp_conformance.checks.opinfo import calls, judge, source
 from amp_conformance.checks.opinfo.reference import policy_table
 from amp_conformance.core import devices
 from amp_conformance.core.errors import ConformanceFailure
@@ -41,8 +41,8 @@ class OpinfoCase:
     amp_dtype: torch.dtype
     ref: source.OpRef
     numerics: str = "bitwise"
-    #: samples per build dtype (None: all)
-    samples: int | None = source.DEFAULT_SAMPLES
+    #: which samples per build dtype: "forms" (every argument form), "all", or the first N
+    samples: int | str = source.DEFAULT_SAMPLES
     oplists: tuple[str, ...] = ()
 
     @property
@@ -50,25 +50,28 @@ class OpinfoCase:
         return f"{self.target.device}-{devices.dtype_name(self.amp_dtype)}-{self.ref.id}"
 
 
-def summarize(case: OpinfoCase, verdicts: list[judge.Verdict]) -> dict[str, Any]:
-    """What the report and the atlas keep of an item."""
+def summarize(case: OpinfoCase, verdicts: list[judge.Verdict],
+              drawn: dict[str, int] | None = None) -> dict[str, Any]:
+    """What the report and the atlas keep of an item (``drawn``: calls.counts)."""
     kinds = {v.kind for v in verdicts if v.kind is not None and v.outcome != judge.NOT_APPLICABLE}
     kind = next((k for k in judge.KINDS if k in kinds), None)
-    first = next((v for v in verdicts if v.form.index == 0 and v.form.build == torch.float32
-                  and not v.form.noncontiguous), None)
+    first = next((v for v in verdicts if v.form == calls.Form(v.form.index, torch.float32)),
+                 None)
     return {
         "op": case.ref.id, "kind": kind,
         "outcomes": dict(Counter(v.outcome for v in verdicts)),
         "entered": sorted({name for v in verdicts for name in v.entered}),
         "defects": sorted({v.defect for v in verdicts if v.defect}),
+        **(drawn or {}),
         "first": None if first is None else {"outcome": first.outcome, "kind": first.kind,
                                              "dtypes": list(first.dtypes), "detail": first.detail},
     }
 
 
-def verdicts_of(case: OpinfoCase, first_only: bool = False) -> list[judge.Verdict]:
-    """Every sample form of the case, judged (inside the target's tensor context); with
-    ``first_only``, the first float32 sample as drawn alone (the atlas)."""
+def verdicts_of(case: OpinfoCase, first_only: bool = False
+                ) -> tuple[list[judge.Verdict], dict[str, int]]:
+    """Every call of the case, judged (inside the target's tensor context), and what was
+    drawn (calls.counts); with ``first_only``, the first float32 call alone (the atlas)."""
     op = case.ref.lookup()
     reason = source.unusable(op, case.target.device)
     if reason:
@@ -79,22 +82,23 @@ def verdicts_of(case: OpinfoCase, first_only: bool = False) -> list[judge.Verdic
                             incomparable=departures.incomparable(case.ref.name, case.ref.variant))
     found = []
     with _quiet_fake_tensors(), case.target.tensors():
-        for form, sample in source.forms(op, case.target.device, case.target.fake,
-                                         case.amp_dtype, case.samples):
-            if first_only and form != source.Form(0, torch.float32):
+        drawn = calls.draw(op, case.target.device, case.target.fake, case.amp_dtype,
+                           1 if first_only else case.samples)
+        for form, call in calls.calls(op, case.target.device, case.target.fake, drawn):
+            if first_only and form != calls.Form(0, torch.float32):
                 break
-            if isinstance(sample, Exception):
+            if isinstance(call, Exception):
                 found.append(judge.Verdict(form, judge.NOT_APPLICABLE,
-                                           detail=f"cannot build it here: {sample}"))
+                                           detail=f"cannot build it here: {call}"))
             else:
-                found.append(judge.judge(setting, form, sample))
-    return found
+                found.append(judge.judge(setting, form, call))
+    return found, calls.counts(drawn)
 
 
 def check(case: OpinfoCase, record: Callable[[str, Any], None]) -> None:
     """Judge every sample form; fail naming each failing one, skip when none applies."""
-    found = verdicts_of(case)
-    summary = summarize(case, found)
+    found, drawn = verdicts_of(case)
+    summary = summarize(case, found, drawn)
     record(PROPERTY, summary)
     if summary["defects"]:  # the report's reference-defects section lists the item
         record(defects.PROPERTY, defects.record_of(summary["defects"][0], defects.REPRODUCED))
@@ -106,7 +110,7 @@ def check(case: OpinfoCase, record: Callable[[str, Any], None]) -> None:
                  "policy"]
         lines += [f"  {v.form.label} ({v.kind}): {v.detail}" for v in failed]
         lines += ["Reproduce the first:",
-                  source.reproduction(case.ref, first.form, case.target.device, case.target.fake,
+                  calls.reproduction(case.ref, first.form, case.target.device, case.target.fake,
                                       case.amp_dtype)]
         raise ConformanceFailure("\n".join(lines))
     if all(v.outcome == judge.NOT_APPLICABLE for v in found):

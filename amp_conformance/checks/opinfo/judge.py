@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks.opinfo import source
+from amp_conformance.checks.opinfo import calls, source
 from amp_conformance.checks.opinfo.reference import PolicyTable, ReferenceBanned, casting
 from amp_conformance.core import devices
 from amp_conformance.core.casting import output_dtypes, settle
@@ -49,7 +49,7 @@ KINDS = (POLICY, COMPOSITE, ALONE)
 class Verdict:
     """How one sample form ended, what the call was, and what it entered."""
 
-    form: source.Form
+    form: calls.Form
     outcome: str
     kind: str | None = None
     #: the policy overloads the call entered under the device's autocast, in call order
@@ -132,23 +132,23 @@ class Setting:
     tolerance: Any = None
 
 
-def judge(s: Setting, form: source.Form, sample: Any) -> Verdict:
+def judge(s: Setting, form: calls.Form, call: calls.Call) -> Verdict:
     """One sample form: inside the device's autocast, against the reference control."""
     device, fake = s.target.device, s.target.fake
     observer = shared_observer(device)
     with observer.recording() as seen:
         def inside() -> Any:
             with s.target.autocast(s.amp_dtype):
-                return source.call(s.op, sample)
+                return call(s.op)
         a = run(inside, device, fake)
     entered = tuple(dict.fromkeys(seen))
     kind = kind_of(s.op, entered)
     with casting(s.table) as cast_at:
-        c = run(lambda: source.call(s.op, sample), device, fake)
+        c = run(lambda: call(s.op), device, fake)
     verdict = dict(form=form, kind=kind, entered=entered,
                    dtypes=_dtypes(a.out) if a.ok else ())
     if a.ok and c.ok:
-        return _both_ran(s, sample, a, c, verdict)
+        return _both_ran(s, call, a, c, verdict)
     if not a.ok:
         departure = next((d for d in s.departures if d.matches(s.target, s.amp_dtype, a.error)), None)
         if departure is not None:
@@ -160,7 +160,7 @@ def judge(s: Setting, form: source.Form, sample: Any) -> Verdict:
                            detail=f"reproduces {defect}: {describe_error(a.error, 160)}")
     if isinstance(c.error, ReferenceBanned):
         return _banned(a, c, verdict)
-    eager = run(lambda: source.call(s.op, sample), device, fake)
+    eager = run(lambda: call(s.op), device, fake)
     if not eager.ok:
         return Verdict(outcome=NOT_APPLICABLE, **verdict,
                        detail=f"fails outside autocast too: {describe_error(eager.error, 160)}")
@@ -177,7 +177,7 @@ def _defect_error(s: Setting, entered: tuple[str, ...], error: BaseException) ->
     return None
 
 
-def _both_ran(s: Setting, sample: Any, a: Run, c: Run, verdict: dict) -> Verdict:
+def _both_ran(s: Setting, call: calls.Call, a: Run, c: Run, verdict: dict) -> Verdict:
     fake = s.target.fake or s.incomparable is not None
     why = _values_agree(a.out, c.out, s.numerics, s.tolerance, fake)
     if why is None:
@@ -185,7 +185,7 @@ def _both_ran(s: Setting, sample: Any, a: Run, c: Run, verdict: dict) -> Verdict
         return Verdict(outcome=AGREES, **verdict, detail=note)
     if not fake:  # is the control reproducible at all? (empty_like: uninitialised memory)
         with casting(s.table):
-            again = run(lambda: source.call(s.op, sample), s.target.device, fake)
+            again = run(lambda: call(s.op), s.target.device, fake)
         if again.ok and _values_agree(again.out, c.out, s.numerics, s.tolerance, fake):
             meta = _values_agree(a.out, c.out, s.numerics, s.tolerance, True)
             if meta is None:
@@ -197,7 +197,15 @@ def _both_ran(s: Setting, sample: Any, a: Run, c: Run, verdict: dict) -> Verdict
              else "entered no autocast kernel (autocast must leave it alone)")
     return Verdict(outcome=FAILED, **verdict,
                    detail=f"{where}; inside autocast {_dtypes(a.out)}, the declared policy's "
-                          f"control {_dtypes(c.out)}: {first_line(why, 300)}")
+                          f"control {_dtypes(c.out)}: {_said(why)}")
+
+
+def _said(why: str, limit: int = 300) -> str:
+    """A comparison's failure in one line: its first line, and the next where the first
+    only introduces it ("output: not equal (bitwise):" + "Tensor-likes are not equal!")."""
+    lines = [line.strip() for line in why.splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else first_line(why)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _banned(a: Run, c: Run, verdict: dict) -> Verdict:

@@ -26,14 +26,15 @@ from typing import Any
 
 import torch
 
-from amp_conformance.core import devices, rng
+from amp_conformance.core import rng
 from amp_conformance.core.errors import describe_error
 
 MODULE = "torch.testing._internal.common_methods_invocations"
 #: the seed every op's samples are drawn with (its reproduction says so too)
 SEED = 0
-#: the default number of samples per op and build dtype (``--amp-opinfo-samples``)
-DEFAULT_SAMPLES = 2
+#: how many samples per op and build dtype (``--amp-opinfo-samples``): ``forms``, the
+#: fewest that show every argument form (checks/opinfo/calls.py)
+DEFAULT_SAMPLES = "forms"
 
 
 class OpDbUnavailable(RuntimeError):
@@ -100,25 +101,6 @@ def unusable(op: Any, device: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Form:
-    """One argument form of a sample: the sample's index in its build, the dtype its
-    floating tensors were built in, and whether it is the non-contiguous twin."""
-
-    index: int
-    build: torch.dtype
-    noncontiguous: bool = False
-
-    @property
-    def label(self) -> str:
-        parts = [f"sample{self.index}"]
-        if self.build != torch.float32:
-            parts.append(devices.dtype_name(self.build))
-        if self.noncontiguous:
-            parts.append("noncontiguous")
-        return "-".join(parts)
-
-
 def draw_device(device: str, fake: bool) -> str:
     """Where samples are drawn: the device itself, or cpu for a faked device and for one
     whose generator cannot be seeded here (the samples are then moved onto it)."""
@@ -156,9 +138,9 @@ def builds(op: Any, device: str, amp_dtype: torch.dtype) -> tuple[torch.dtype, .
     return (torch.float32, amp_dtype) if amp_dtype in supported(op, device) else (torch.float32,)
 
 
-def twins(sample: Any, form: Form) -> Any:
-    """The sample in ``form``: as drawn, or its non-contiguous twin."""
-    return sample.noncontiguous() if form.noncontiguous else sample
+def twins(sample: Any, noncontiguous: bool) -> Any:
+    """The sample as drawn, or its non-contiguous twin."""
+    return sample.noncontiguous() if noncontiguous else sample
 
 
 def to_fake_device(sample: Any, device: str) -> Any:
@@ -181,55 +163,3 @@ def to_device(sample: Any, device: str) -> Any:
             return t
         return t.detach().to(device).requires_grad_(t.requires_grad)
     return sample.transform(move)
-
-
-def forms(op: Any, device: str, fake: bool, amp_dtype: torch.dtype,
-          limit: int | None) -> Iterator[tuple[Form, Any]]:
-    """Every form of the op's first ``limit`` samples: (form, sample or the exception that
-    drawing it raised). Call inside the target's tensor context (FakeTensorMode)."""
-    where = draw_device(device, fake)
-    place = (None if where == device else
-             (lambda s: to_fake_device(s, device)) if fake else (lambda s: to_device(s, device)))
-    for build in builds(op, device, amp_dtype):
-        try:
-            samples = draw(op, where, build, limit)
-        except Exception as exc:  # noqa: BLE001 - reported per form, never hidden
-            yield Form(0, build), exc
-            continue
-        for index, sample in enumerate(samples):
-            for noncontiguous in (False, True):
-                form = Form(index, build, noncontiguous)
-                try:
-                    twin = twins(sample, form)
-                    yield form, (twin if place is None else place(twin))
-                except Exception as exc:  # noqa: BLE001 - reported per form
-                    yield form, exc
-
-
-def call(op: Any, sample: Any) -> Any:
-    """The OpInfo's function variant on the sample, as OpInfo's own tests call it."""
-    return op(sample.input, *sample.args, **sample.kwargs)
-
-
-def reproduction(ref: OpRef, form: Form, device: str, fake: bool, amp_dtype: torch.dtype) -> str:
-    """Python that rebuilds the sample and runs it inside and outside autocast."""
-    dtype = devices.dtype_name(amp_dtype)
-    where = draw_device(device, fake)
-    twin = ".noncontiguous()" if form.noncontiguous else ""
-    ran = f"a fake {device}" if fake else device
-    moved = (f"  # drawn on {where}; the suite ran it on {ran}: run this where "
-             f"{device} is\nsample = sample.transform(lambda t: t.to({device!r}) if "
-             "isinstance(t, torch.Tensor) else t)\n") if where != device else ""
-    return (
-        "import itertools, torch\n"
-        f"from {MODULE} import op_db\n"
-        f"op = next(o for o in op_db if (o.name, o.variant_test_name) == {(ref.name, ref.variant)!r})\n"
-        f"torch.manual_seed({SEED})\n"
-        f"samples = op.sample_inputs_func(op, {where!r}, torch.{devices.dtype_name(form.build)}, False)\n"
-        f"sample = next(itertools.islice(samples, {form.index}, None)){twin}\n"
-        f"{moved}"
-        f"with torch.autocast({device!r}, dtype=torch.{dtype}):\n"
-        "    inside = op(sample.input, *sample.args, **sample.kwargs)\n"
-        "outside = op(sample.input, *sample.args, **sample.kwargs)\n"
-        "print(inside, outside, sep='\\n')\n"
-    )

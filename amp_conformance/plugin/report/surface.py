@@ -27,13 +27,31 @@ def operator_surface(results: list[dict[str, Any]]) -> dict[str, Any] | None:
         summary = r.get("opinfo") or {}
         kind = summary.get("kind") or ("not run here" if r["outcome"] == "skipped" else "no summary")
         row = table.setdefault(r.get("amp_dtype") or "?", {}).setdefault(
-            kind, {"ops": 0, "items": Counter(), "forms": Counter()})
+            kind, {"ops": 0, "items": Counter(), "forms": Counter(), "drawn": Counter()})
         row["ops"] += 1
         row["items"][r["outcome"]] += 1
         row["forms"].update(summary.get("outcomes", {}))
-    return {dtype: {kind: {"ops": row["ops"], "items": dict(row["items"]), "forms": dict(row["forms"])}
+        row["drawn"].update({k: summary.get(k, 0) for k in DRAWN})
+    return {dtype: {kind: {"ops": row["ops"], "items": dict(row["items"]), "forms": dict(row["forms"]),
+                           "drawn": {k: row["drawn"][k] for k in DRAWN}}
                     for kind, row in sorted(rows.items(), key=lambda kv: _order(kv[0]))}
             for dtype, rows in sorted(table.items())}
+
+
+#: what each item drew (checks/opinfo/calls.py counts): argument forms and samples,
+#: available and drawn
+DRAWN = ("forms_drawn", "forms", "samples_drawn", "samples")
+HEADS = ("amp dtype", "kind", "ops", "passed", "failed", "skipped", "argument forms drawn",
+         "samples drawn", *(f"calls {o}" for o in FORM_OUTCOMES))
+
+
+def _cells(dtype: str, kind: str, row: dict[str, Any]) -> list[Any]:
+    items, forms, drawn = row["items"], row["forms"], row.get("drawn") or {}
+    return [dtype, kind, row["ops"], items.get("passed", 0),
+            items.get("failed", 0) + items.get("error", 0), items.get("skipped", 0),
+            f"{drawn.get('forms_drawn', 0)}/{drawn.get('forms', 0)}",
+            f"{drawn.get('samples_drawn', 0)}/{drawn.get('samples', 0)}",
+            *(forms.get(o, 0) for o in FORM_OUTCOMES)]
 
 
 def _order(kind: str) -> tuple[int, str]:
@@ -44,16 +62,10 @@ def markdown(surface: dict[str, Any] | None) -> list[str]:
     """The table as Markdown lines (none without the tier)."""
     if not surface:
         return []
-    lines = ["### Operator surface (--amp-opinfo)", "",
-             "| amp dtype | kind | ops | passed | failed | skipped | "
-             + " | ".join(f"forms {o}" for o in FORM_OUTCOMES) + " |",
-             "| --- " * (6 + len(FORM_OUTCOMES)) + "|"]
-    for dtype, rows in surface.items():
-        for kind, row in rows.items():
-            items, forms = row["items"], row["forms"]
-            lines.append(f"| {dtype} | {kind} | {row['ops']} | {items.get('passed', 0)} | "
-                         f"{items.get('failed', 0) + items.get('error', 0)} | {items.get('skipped', 0)} | "
-                         + " | ".join(str(forms.get(o, 0)) for o in FORM_OUTCOMES) + " |")
+    lines = ["### Operator surface (--amp-opinfo)", "", "| " + " | ".join(HEADS) + " |",
+             "| --- " * len(HEADS) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in _cells(dtype, kind, row)) + " |"
+              for dtype, rows in surface.items() for kind, row in rows.items()]
     return [*lines, ""]
 
 
@@ -61,16 +73,8 @@ def html(surface: dict[str, Any] | None, escape: Any) -> str:
     """The same table for the HTML page (empty without the tier)."""
     if not surface:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in
-                   ("amp dtype", "kind", "ops", "passed", "failed", "skipped",
-                    *(f"forms {o}" for o in FORM_OUTCOMES)))
-    body = []
-    for dtype, rows in surface.items():
-        for kind, row in rows.items():
-            items, forms = row["items"], row["forms"]
-            cells = [dtype, kind, row["ops"], items.get("passed", 0),
-                     items.get("failed", 0) + items.get("error", 0), items.get("skipped", 0),
-                     *(forms.get(o, 0) for o in FORM_OUTCOMES)]
-            body.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in HEADS)
+    body = ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in _cells(dtype, kind, row)) + "</tr>"
+            for dtype, rows in surface.items() for kind, row in rows.items()]
     return (f"<h2>Operator surface (--amp-opinfo)</h2><table><tr>{head}</tr>"
             + "".join(body) + "</table>")

@@ -5,6 +5,11 @@ entry makes (contiguous operands of full shape, default keywords), so the defaul
 stays green against it; it breaks on an argument form only OpInfo's samples take: a
 keyword, a 0-dim operand, a layout, a rank, broadcasting, an empty operand. Each must be killed
 by ``test_opinfo`` naming the op and what went wrong.
+
+The last four break on a form OpInfo's sample makers put at the third sample or later (a
+grouped convolution, a loss's ``reduction``, a vector beside a batch in matmul, baddbmm's
+``beta``): the default draw (``--amp-opinfo-samples forms``, every argument form) kills
+them, the first two samples do not (``tests/test_selftest.py`` runs both).
 """
 
 from __future__ import annotations
@@ -83,6 +88,46 @@ def _empty_in_float32(redispatch: Callable) -> Callable:
     return kernel
 
 
+def _to(dtype: torch.dtype, *tensors: Any) -> list[Any]:
+    return [t.to(dtype) if isinstance(t, torch.Tensor) and is_eligible(t, "cpu") else t
+            for t in tensors]
+
+
+def _ignores_groups(redispatch: Callable) -> Callable:
+    """conv2d cast right but always called with groups=1: a grouped convolution's input
+    no longer matches its weight."""
+    def kernel(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+        x, weight, bias = _cast(x, weight, bias)
+        return redispatch(x, weight, bias, stride, padding, dilation, 1)
+    return kernel
+
+
+def _drops_reduction(redispatch: Callable) -> Callable:
+    """mse_loss cast to float32 but called without its reduction (the default, mean)."""
+    def kernel(x, target, reduction=1):
+        return redispatch(*_to(torch.float32, x, target))
+    return kernel
+
+
+def _vector_into_batch(redispatch: Callable) -> Callable:
+    """matmul cast right, but a 1-D first operand of a batched product kept as a row:
+    the prepended dimension is never removed."""
+    def kernel(x, y):
+        x, y = _cast(x, y)
+        if x.dim() == 1 and y.dim() >= 3:
+            return redispatch(x.unsqueeze(0), y)
+        return redispatch(x, y)
+    return kernel
+
+
+def _ignores_beta(redispatch: Callable) -> Callable:
+    """baddbmm cast right but self always added in full (beta taken as 1)."""
+    def kernel(self, batch1, batch2, *, beta=1, alpha=1):
+        self, batch1, batch2 = _cast(self, batch1, batch2)
+        return redispatch(self, batch1, batch2, beta=1, alpha=alpha)
+    return kernel
+
+
 register(Mutant(
     name="opinfo-addmm-drops-beta-alpha",
     description="addmm cast right but called without its beta and alpha keywords (dropped keywords)",
@@ -128,4 +173,37 @@ register(Mutant(
     apply=lambda: override_kernel("linalg_vecdot", "AutocastCPU", _empty_in_float32),
     expect=("OpInfo linalg.vecdot", "float32"),
     select="test_opinfo and linalg.vecdot", options=OPINFO,
+))
+
+# -- forms beyond the first two samples: killed by the default draw, not by 2 samples ------
+register(Mutant(
+    name="opinfo-conv2d-ignores-groups",
+    description="conv2d cast right but always called with groups=1 (a grouped convolution: "
+                "OpInfo's third sample)",
+    apply=lambda: override_kernel("conv2d", "AutocastCPU", _ignores_groups),
+    expect=("OpInfo nn.functional.conv2d", INSIDE_ONLY),
+    select="test_opinfo and nn.functional.conv2d", options=OPINFO,
+))
+register(Mutant(
+    name="opinfo-mse-loss-drops-reduction",
+    description="mse_loss cast to float32 but its reduction dropped (reduction='sum': "
+                "OpInfo's third sample)",
+    apply=lambda: override_kernel("mse_loss", "AutocastCPU", _drops_reduction),
+    expect=("OpInfo nn.functional.mse_loss", "not equal"),
+    select="test_opinfo and nn.functional.mse_loss", options=OPINFO,
+))
+register(Mutant(
+    name="opinfo-matmul-vector-into-batch",
+    description="matmul cast right but a 1-D operand times a batch keeps a spurious "
+                "dimension (OpInfo's ninth sample)",
+    apply=lambda: override_kernel("matmul", "AutocastCPU", _vector_into_batch),
+    expect=("OpInfo matmul", "shape"),
+    select="test_opinfo and matmul", options=OPINFO,
+))
+register(Mutant(
+    name="opinfo-baddbmm-ignores-beta",
+    description="baddbmm cast right but beta taken as 1 (beta=0.2: OpInfo's third sample)",
+    apply=lambda: override_kernel("baddbmm", "AutocastCPU", _ignores_beta),
+    expect=("OpInfo baddbmm", "not equal"),
+    select="test_opinfo and baddbmm", options=OPINFO,
 ))
