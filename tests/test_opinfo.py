@@ -144,17 +144,21 @@ def test_a_bad_sample_bound_is_a_usage_error(tmp_path, args, says):
 def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
     results = [
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "passed",
-         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 4}}},
+         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 4}, "forms": 7,
+                    "forms_drawn": 7, "samples": 30, "samples_drawn": 3}},
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "failed",
-         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 2, "failed": 2}}},
+         "opinfo": {"kind": "policy op", "outcomes": {"agrees": 2, "failed": 2}, "forms": 5,
+                    "forms_drawn": 4, "samples": 6, "samples_drawn": 2}},
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "skipped", "opinfo": None},
         {"check": "policy", "amp_dtype": "bfloat16", "outcome": "passed"},
     ]
     table = operator_surface(results)
-    assert table["bfloat16"]["policy op"] == {"ops": 2, "items": {"passed": 1, "failed": 1},
-                                               "forms": {"agrees": 6, "failed": 2}}
+    assert table["bfloat16"]["policy op"] == {
+        "ops": 2, "items": {"passed": 1, "failed": 1}, "forms": {"agrees": 6, "failed": 2},
+        "drawn": {"forms_drawn": 11, "forms": 12, "samples_drawn": 5, "samples": 36}}
     assert table["bfloat16"]["not run here"]["ops"] == 1
-    assert "| bfloat16 | policy op | 2 | 1 | 1 | 0 | 6 | 0 | 0 | 0 | 2 |" in markdown(table)
+    assert ("| bfloat16 | policy op | 2 | 1 | 1 | 0 | 11/12 | 5/36 | 6 | 0 | 0 | 0 | 2 |"
+            in markdown(table))
     assert operator_surface(results[3:]) is None
 
 
