@@ -6,8 +6,9 @@ Runs ``python -m amp_conformance run`` with default options from an empty direct
 the fault backend (``tests/faults/amp_fault.py``, ``AMP_FAULT=persistent``): first on a
 sound device (the backend loaded, no kernel replaced), then once per ``--ops`` set (default:
 one faulty op, then ten). Prints per run: wall time, processes, exit status and the merged
-report's counts, as a Markdown table. Each restart pays a process start, torch's import and
-collection; the table shows what that adds up to.
+report's counts, as a Markdown table. Each op that loses the device costs one restart (a
+child forked from ``run``, which has imported torch: its collection, not torch's import); the
+items that call it afterwards are quarantined (reported not run, never retried).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def run(ops: str | None, extra: list[str]) -> dict:
             "wall": wall, "exit": proc.returncode, "processes": r.get("processes", 1),
             "passed": s["passed"], "failed": s["failed"], "skipped": s["skipped"],
             "xfailed": s["xfailed"], "not_run": r.get("not_run", 0),
-            "status": r["status"], "last": proc.stdout.strip().splitlines()[-1][:160]}
+            "quarantined": s.get("quarantined", 0),
+            "status": r["status"], "last": proc.stdout.strip().splitlines()[-1][:600]}
 
 
 def main() -> int:
@@ -56,12 +58,13 @@ def main() -> int:
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
     rows = [run(ops, extra) for ops in [None, *(args.ops or [ONE, TEN])]]
-    print("| faulty ops | wall | processes | exit | passed | failed | skipped | xfailed | not run |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| faulty ops | wall | processes | exit | passed | failed | skipped | xfailed | "
+          "quarantined | not run |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(f"| {row['ops']} | {row['wall']:.0f} s | {row['processes']} | {row['exit']} | "
               f"{row['passed']} | {row['failed']} | {row['skipped']} | {row['xfailed']} | "
-              f"{row['not_run']} |")
+              f"{row['quarantined']} | {row['not_run']} |")
     for row in rows:
         print(f"{row['ops']}: {row['last']}")
     return 0

@@ -268,26 +268,66 @@ def test_supervised_verdict_of_a_device_lost_with_no_restart_left():
 # -- a kernel that loses the device on every call; a device dead from the start -----------
 
 
-def test_a_persistent_kernel_fault_is_run_around_with_default_options(tmp_path, healthy):
+def test_a_persistent_kernel_fault_is_quarantined_after_one_item(tmp_path, healthy):
     """AMP_FAULT=persistent: baddbmm's kernel loses the device in every process. With no
-    option the run completes: each item that calls it failed once, the rest as on a sound
-    device, and the ending names the op once, not each item."""
+    option the run completes in two processes: the first item that calls baddbmm failed
+    once, the op was quarantined, every later caller is reported not run (never retried,
+    never a verdict), the rest is as on a sound device; the verdict says it is partial."""
     log = tmp_path / "calls.txt"
     proc, data = _supervised(tmp_path, "-k", PERSISTENT_K,
+                             env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    callers = sorted({line.split("::")[-1] for line in log.read_text().splitlines()})
+    assert len(callers) == 1, callers  # the quarantine kept the faulty kernel from a second item
+    run = data["run"]
+    assert run["status"] == "completed" and run["not_run"] == 0 and run["processes"] == 2
+    # the op is guarded under autocast and below it: its calls outside autocast too are held
+    held = sorted(n.split("::")[-1] for n in run["quarantined"]["aten::baddbmm"])
+    assert held == ["test_numerics[cpu-bfloat16-torch_16-baddbmm]",
+                    "test_outside[cpu-bfloat16-torch_16-baddbmm]"]
+    assert data["summary"]["quarantined"] == 2
+    outcomes = _outcomes(data)
+    assert outcomes[callers[0]] == "failed"
+    assert {outcomes[n] for n in held} == {"not run"}
+    touched = {callers[0], *held}
+    assert {n: o for n, o in outcomes.items() if n not in touched} == {
+        n: o for n, o in healthy.items() if n not in touched}
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "DEVICE LOST in aten::baddbmm after " in last, last
+    assert ("PARTIAL VERDICT: 2 items not run, quarantined: aten::baddbmm loses the device "
+            "(2 items)") in last, last
+    assert "PARTIAL VERDICT" in _banner(tmp_path / "r.md")
+
+
+def test_without_quarantine_every_caller_is_tried(tmp_path, healthy):
+    """--no-quarantine: each item that calls the faulty op runs in a fresh process and
+    fails once (one process per caller, as before the quarantine)."""
+    log = tmp_path / "calls.txt"
+    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K, run_args=("--no-quarantine",),
                              env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
     assert len(callers) == 2  # test_policy and test_numerics of baddbmm
     run = data["run"]
-    assert run["status"] == "completed" and run["not_run"] == 0
-    assert run["processes"] == len(callers) + 1 and len(data["results"]) == run["collected"]
+    assert run["processes"] == len(callers) + 1 and not run["quarantined"]
     outcomes = _outcomes(data)
     assert {n for n, o in outcomes.items() if o == "failed"} == callers
-    assert {n: o for n, o in outcomes.items() if n not in callers} == {
-        n: o for n, o in healthy.items() if n not in callers}
     last = proc.stdout.strip().splitlines()[-1]
     assert "DEVICE LOST in aten::baddbmm (2 items): each of those items failed, once" in last, last
-    assert "- `aten::baddbmm`: 2 items: " in (tmp_path / "r.md").read_text()
+
+
+def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
+    """Under -n 2 a worker that loses its device writes the op to the run's quarantine file;
+    the other worker reads it before its next item and no longer calls the op."""
+    log = tmp_path / "calls.txt"
+    proc, data = _supervised(tmp_path, "-k", "torch_16 and (test_policy or test_numerics or "
+                             "test_outside or test_legacy)", "-n", "2",
+                             env=_env("persistent", AMP_FAULT_OPS="mm", AMP_FAULT_LOG=str(log)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
+    held = data["run"]["quarantined"].get("aten::mm", [])
+    assert held and len(callers) <= 2, (callers, held)  # at most one loss per worker, then none
+    assert data["run"]["status"] == "completed"
 
 
 def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
@@ -339,13 +379,15 @@ def test_forty_faulty_ops_read_as_forty_ops():
 
 
 def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
-    """Every item of test_cache_interactions calls mm: with mm's kernel faulty each process
-    loses the device in its first item, but the probe blames aten::mm each time, so the
-    run goes on (a dead device is one no op is blamed for) and completes."""
+    """Every item of test_cache_interactions calls mm: with mm's kernel faulty and no
+    quarantine each process loses the device in its first item, but the probe blames
+    aten::mm each time, so the run goes on (a dead device is one no op is blamed for) and
+    completes."""
     log = tmp_path / "calls.txt"
     report = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--", "--pyargs",
+        [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--no-quarantine",
+         "--", "--pyargs",
          "amp_conformance.suite.test_cache_interactions", "--device", "cpu", "--backend-module",
          "amp_fault", "-p", "amp_fault_health", "-p", "no:cacheprovider", "-q", "-k", "bfloat16"],
         cwd=tmp_path, env=_env("persistent", AMP_FAULT_OPS="mm", AMP_FAULT_LOG=str(log)),
@@ -356,3 +398,25 @@ def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
     assert len(callers) > supervised.DEAD_AFTER and data["run"]["processes"] == len(callers)
     assert data["run"]["status"] == "completed" and "gave_up" not in data["run"]
     assert {n for n, o in _outcomes(data).items() if o == "failed"} == callers
+
+
+def test_a_guard_stops_every_call_of_its_op_and_is_removed_again():
+    """core/quarantine: every overload of the op, under the device's Autocast key and its
+    backend key, raises Quarantined and is noted; release() brings the kernels back."""
+    import torch
+
+    from amp_conformance.core import quarantine
+
+    a = torch.ones(2, 2)
+    try:
+        assert quarantine.guard("cpu", "aten::mm.out")  # the op a probe's blame names
+        assert not quarantine.guard("cpu", "aten::mm")  # already guarded
+        with pytest.raises(quarantine.Quarantined, match="aten::mm is quarantined on cpu"):
+            torch.mm(a, a)
+        with pytest.raises(quarantine.Quarantined), torch.autocast("cpu"):
+            torch.mm(a, a)
+        assert quarantine.touched() == ["aten::mm"]
+        assert torch.add(a, a).sum().item() == 8  # other ops run
+    finally:
+        quarantine.release()
+    assert torch.mm(a, a).sum().item() == 8 and quarantine.touched() == []

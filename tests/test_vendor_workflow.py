@@ -255,7 +255,7 @@ def _load(path: Path) -> dict:
 
 
 SUMMARY_KEYS = {"passed", "failed", "skipped", "xfailed", "xpassed", "error", "not_applicable",
-                "unfinished"}
+                "unfinished", "quarantined"}
 RESULT_KEYS = {"nodeid", "test", "check", "param", "amp_dtype", "category", "entry", "op",
                "outcome", "message", "observed", "defect"}
 

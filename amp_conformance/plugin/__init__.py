@@ -26,6 +26,7 @@ pytest_plugins = (
     "amp_conformance.plugin.verdict",
     "amp_conformance.properties.statistics",
     "amp_conformance.plugin.health",
+    "amp_conformance.plugin.quarantine",
     "amp_conformance.plugin.report.collect",
     "amp_conformance.plugin.outcomes",
 )

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from amp_conformance.core.errors import describe_error
-from amp_conformance.plugin import vendor
+from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.report.banner import headline
 from amp_conformance.plugin.session_settings import settings
 
@@ -256,6 +256,7 @@ class Watch:
             "this process: the run stops here and the items after it are not run (python -m "
             f"amp_conformance run runs them in a fresh process).{before}")
         report.user_properties.append((LOST_PROPERTY, {"worker": worker, "reason": reason}))
+        quarantine.blame(item.config, reason)  # the op it blames: no other item calls it
         on = f" on {worker}" if worker else ""
         item.session.shouldfail = (f"{STOP} during {item.nodeid}{on}: the run stops "
                                    f"(exit status {DEVICE_LOST})")

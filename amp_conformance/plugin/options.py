@@ -48,6 +48,12 @@ _OPTIONS = {
         dest="amp_oplists", action="append", default=[], metavar="PATH",
         help="extra op-list file (TOML) for the device; repeatable",
     ),
+    "--amp-quarantine-file": dict(
+        dest="amp_quarantine_file", default=None, metavar="PATH",
+        help="the run's quarantine file: the ops that lost the device, one per line (python "
+             "-m amp_conformance run passes one to every process): an item calling one is "
+             "not run",
+    ),
     "--backend-module": dict(
         dest="amp_backend_modules", action="append", default=[], metavar="MODULE",
         help="module imported before collection to register a backend (e.g. torch_npu); "

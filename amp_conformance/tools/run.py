@@ -48,7 +48,12 @@ from typing import Any
 
 from amp_conformance.plugin.health import DEVICE_LOST
 from amp_conformance.plugin.report import causes
-from amp_conformance.plugin.report.banner import blamed_op, restart_note, run_warning
+from amp_conformance.plugin.report.banner import (
+    blamed_op,
+    quarantine_note,
+    restart_note,
+    run_warning,
+)
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
 
@@ -111,6 +116,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", type=float, default=None, metavar="S",
                         help="start no fresh process once the run has taken S seconds "
                              "(default: none)")
+    parser.add_argument("--no-quarantine", dest="quarantine", action="store_false",
+                        help="try every item, also those that call an op that lost the device "
+                             "(default: such an op is quarantined: its callers are reported "
+                             "not run, one restart per faulty op)")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="arguments for pytest, after --, e.g. -- --device cuda")
 
@@ -147,7 +156,15 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], Path]:
     pytest_args = _without_option(pytest_args, "--conformance-report")
     if _option_value(pytest_args, "--timeout") is None:
         pytest_args.append(f"--timeout={args.item_timeout:g}")
+    if getattr(args, "quarantine", True) and _option_value(pytest_args, "--amp-quarantine-file") is None:
+        pytest_args.append(f"--amp-quarantine-file={quarantine_path(Path(report))}")
     return [sys.executable, "-m", "pytest", *pytest_args], Path(report)
+
+
+def quarantine_path(report: Path) -> Path:
+    """``reports/cpu.json`` -> ``reports/cpu.quarantine.txt``: the ops that lost the device,
+    shared by every process of the run (plugin/quarantine.py)."""
+    return report.with_name(f"{report.stem}.quarantine.txt")
 
 
 def attempt_report(report: Path, number: int) -> Path:
@@ -167,13 +184,97 @@ def _size(path: Path) -> int:
         return -1
 
 
+class Forked:
+    """A child forked from this process, which has imported torch and the suite already:
+    a restart then costs the child's collection, not an interpreter's start and torch's
+    import (2.3 s of 3.4 s here). It runs ``pytest.main`` in a session of its own, as the
+    subprocess would; what a process needs of the parent (no device touched, no thread
+    started) holds for ``run``, which only reads reports."""
+
+    def __init__(self, args: list[str]):
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                import pytest
+
+                sys.argv = ["pytest", *args]
+                code = int(pytest.main(args))
+            except BaseException:  # noqa: BLE001 - whatever ends the child, it exits
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+    def _reap(self, flags: int) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reap(os.WNOHANG)
+
+    def wait(self) -> int | None:
+        return self._reap(0)
+
+
+#: modules every child imports on first use, at a cost paid once here instead of in each:
+#: torch.testing's assert_close imports the DTensor package (0.6 s), the suite imports
+#: pytest, Hypothesis, dynamo and its own checks (not its test modules, which pytest
+#: rewrites). None of them touches a device.
+WARM = ("pytest", "hypothesis", "torch.distributed.tensor", "torch._dynamo",
+        "amp_conformance.checks.oplist_checks", "amp_conformance.checks.backward",
+        "amp_conformance.properties.regions", "amp_conformance.properties.policy")
+
+
+def warm() -> None:
+    """Import :data:`WARM`, then freeze the heap: a child's garbage collections (pytest runs
+    them at its end) then skip everything inherited from here."""
+    import gc
+    import importlib
+
+    for name in WARM:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module this torch lacks is simply not warmed
+            continue
+    gc.freeze()
+
+
+def _pytest_args(command: list[str]) -> list[str] | None:
+    """The pytest arguments of a ``python -m pytest`` command, or None for another."""
+    return command[3:] if command[:3] == [sys.executable, "-m", "pytest"] else None
+
+
+def launch(command: list[str]) -> Any:
+    """The child process: forked where this platform and process allow it (POSIX, no CUDA
+    context here, ``AMP_CONFORMANCE_FORK`` not 0), else a subprocess. Either in a process
+    group of its own, so a hung child is killed with what it started (xdist workers)."""
+    args = _pytest_args(command)
+    import torch
+
+    if (args is not None and hasattr(os, "fork") and os.environ.get("AMP_CONFORMANCE_FORK") != "0"
+            and not torch.cuda.is_initialized()):
+        warm()
+        # the parent imported the plugin's modules: too late to rewrite their asserts
+        return Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"])
+    return subprocess.Popen(command, start_new_session=True)
+
+
 def supervise(command: list[str], journal: Path, hang_timeout: float) -> tuple[int, str | None]:
     """Run the child; (its exit status, why it was killed or None)."""
-    child = subprocess.Popen(command, start_new_session=True)
+    child = launch(command)
     last_size, last_progress = _size(journal), time.monotonic()
     try:
         while child.poll() is None:
-            time.sleep(0.5)
+            time.sleep(0.05)  # a child that ends is reaped at once: restarts are frequent
             size = _size(journal)
             if size != last_size:
                 last_size, last_progress = size, time.monotonic()
@@ -331,6 +432,9 @@ def run(args: argparse.Namespace) -> int:
     command, report = child_command(args)
     hang = args.hang_timeout if args.hang_timeout is not None else args.item_timeout + 120
     _remove_stale(report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    if args.quarantine:
+        quarantine_path(report).write_text("", encoding="utf-8")  # this run's, none inherited
     limits = Limits(args.max_restarts, args.dead_after, args.time_budget)
     parts, settled, gave_up = _children(command, report, hang, limits)
     merged = len(parts) > 1 or settled
@@ -338,6 +442,9 @@ def run(args: argparse.Namespace) -> int:
     if gave_up:
         data["run"]["gave_up"] = gave_up
     code, line = verdict(parts[-1][1], data)
+    held = quarantine_note(data)
+    if held:
+        line = f"{line.rstrip('.')}; {held}"
     by_cause = causes.summary_line(causes.group(data.get("results") or []))
     if by_cause and (data.get("run") or {}).get("status") == "completed":
         line = f"{line.rstrip('.')}; {by_cause}"  # a stopped run names what stopped it

@@ -98,8 +98,9 @@ def restart_note(data: dict[str, Any]) -> str | None:
     ops = sum(1 for p in phrases if p.startswith("DEVICE LOST in "))
     head = f"{ops} ops lost the device: " if ops > 3 else ""
     which = "that item" if len(restarts) == 1 else "each of those items"
+    held = " (or, calling a quarantined op, was not run)" if run.get("quarantined") else ""
     return (f"{head}{'; '.join(phrases)}: {which} failed, once, and every other item ran in a "
-            f"sound process ({run.get('processes', len(restarts) + 1)} processes).")
+            f"sound process{held} ({run.get('processes', len(restarts) + 1)} processes).")
 
 
 def blamed_op(reason: str | None) -> str | None:
@@ -120,6 +121,19 @@ def lost_by_op(data: dict[str, Any]) -> dict[str, list[str]]:
         if nodeid not in table.get(op or "(no op named)", []):
             table.setdefault(op or "(no op named)", []).append(nodeid)
     return table
+
+
+def quarantine_note(data: dict[str, Any]) -> str | None:
+    """``"PARTIAL VERDICT: 37 items not run, quarantined: aten::mm loses the device (30
+    items), aten::baddbmm (7 items)"``, or None: the items stopped before an op that lost
+    the device earlier in the run (plugin/quarantine.py) have no verdict."""
+    table = (data.get("run") or {}).get("quarantined") or {}
+    if not table:
+        return None
+    items = len({n for nodes in table.values() for n in nodes})
+    ops = [f"{op} loses the device ({len(nodes)} items)" if i == 0 else f"{op} ({len(nodes)} items)"
+           for i, (op, nodes) in enumerate(sorted(table.items(), key=lambda kv: (-len(kv[1]), kv[0])))]
+    return f"PARTIAL VERDICT: {items} items not run, quarantined: {', '.join(ops)}"
 
 
 def partial_note(data: dict[str, Any]) -> str | None:

@@ -126,7 +126,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def message_of(report: Any, category: str) -> str | None:
     """The failure message, skip reason or xfail reason of one report."""
     longrepr = report.longrepr
-    if category == "skipped" and isinstance(longrepr, tuple) and len(longrepr) == 3:
+    if category in ("skipped", "quarantined") and isinstance(longrepr, tuple) and len(longrepr) == 3:
         text = str(longrepr[2])
         return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
     crash = getattr(longrepr, "reprcrash", None)

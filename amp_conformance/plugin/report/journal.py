@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +28,15 @@ SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 #: an item that started but whose teardown never reported: the run stopped inside it
 UNFINISHED = "unfinished"
-#: a selected item no process started (a lost device, a run that gave up restarting)
+#: a selected item no process started (a lost device, a run that gave up restarting), or
+#: one stopped before it reached a quarantined op (plugin/quarantine.py)
 NOT_RUN = "not run"
+#: pytest's category of an item that called a quarantined op
+QUARANTINED = "quarantined"
 NOT_APPLICABLE = "not applicable"
 #: an item's outcome when its phases differ: the most telling one wins
-_RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6}
+_RANK = {"": 0, "passed": 1, "skipped": 2, "xfailed": 3, "xpassed": 4, "error": 5, "failed": 6,
+         NOT_RUN: 7}
 _MAX_MESSAGE = 4000
 #: run statuses: only "completed" is a verdict
 STATUSES = ("running", "completed", "interrupted", "crashed", "device lost")
@@ -113,6 +118,8 @@ class ItemRecord:
         if event.get("opinfo") is not None:
             self.opinfo = event["opinfo"]
         category = event.get("category", "")
+        if category == QUARANTINED:  # stopped before the op that loses the device: no verdict
+            category = NOT_RUN
         if _RANK.get(category, 0) > _RANK.get(self.outcome, 0):
             self.outcome = category
             self.message = event.get("message")
@@ -193,6 +200,8 @@ class Accumulator:
 
     def _report(self, event: dict[str, Any]) -> None:
         category = event.get("category", "")
+        if category == QUARANTINED:
+            self.counts[QUARANTINED] += 1
         if category in OUTCOMES:
             self.counts[category] += 1
             if category == "skipped" and is_not_applicable(event.get("message")):
@@ -204,6 +213,17 @@ class Accumulator:
                               **event["device_lost"]})
         if event.get("collection"):  # a collection error or skip: nothing more will come
             record.finished = True
+
+
+def quarantined(acc: Accumulator) -> dict[str, list[str]]:
+    """The items not run for a quarantined op, by op (``aten::baddbmm``), in node-id order."""
+    table: dict[str, list[str]] = {}
+    for nodeid, record in sorted(acc.records.items()):
+        if record.outcome == NOT_RUN and (record.message or "").startswith("not run: aten::"):
+            head = record.message.split(" loses")[0].split(" lose ")[0]
+            for op in re.findall(r"aten::[\w.]+", head):
+                table.setdefault(op, []).append(record.info.get("nodeid") or nodeid)
+    return table
 
 
 def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
@@ -237,6 +257,7 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "lost": acc.lost,
         "restarts": acc.restarts,
         "processes": acc.processes,
+        "quarantined": quarantined(acc),
         "setup_errors": (acc.end or {}).get("setup_errors") or [],
     }
 
@@ -272,7 +293,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
     if acc.lost or acc.restarts:
         add_not_run(acc)
     results = sorted((r.as_json() for r in acc.records.values()), key=lambda r: r["nodeid"])
-    summary = {k: acc.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable")}
+    summary = {k: acc.counts.get(k, 0) for k in (*OUTCOMES, "not_applicable", QUARANTINED)}
     summary[UNFINISHED] = sum(1 for r in results if r["outcome"] == UNFINISHED)
     return {
         "schema": SCHEMA,

@@ -17,6 +17,7 @@ from amp_conformance.plugin.report.banner import (
     partial_note,
     pass_rate,
     percent,
+    quarantine_note,
     rate_note,
     restart_note,
     run_warning,
@@ -292,7 +293,8 @@ def _cards(data: dict[str, Any]) -> str:
 
 def notes(data: dict[str, Any]) -> list[str]:
     """The banner lines, most serious first: no verdict, restarted, partial."""
-    return [n for n in (run_warning(data), restart_note(data), partial_note(data)) if n]
+    return [n for n in (run_warning(data), quarantine_note(data), restart_note(data),
+                        partial_note(data)) if n]
 
 
 def _banner(data: dict[str, Any]) -> str:
