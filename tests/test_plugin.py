@@ -34,6 +34,14 @@ def test_xdist_runs_the_same_items(pytester):
     assert len(_ids(serial.outlines)) > 400
 
 
+def test_a_clean_run_warns_of_nothing_in_the_suite(pytester):
+    """Every plugin module is imported by pytest itself (``pytest_plugins``), before any
+    other module imports it, so pytest can rewrite it: no "Module already imported"."""
+    result = pytester.runpytest_subprocess(*SUITE, "--collect-only", "-q", "--amp-opinfo")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert "PytestAssertRewriteWarning" not in result.stdout.str() + result.stderr.str()
+
+
 def test_unavailable_device_fails_the_run(pytester, absent_device):
     result = pytester.runpytest(*SUITE, "--device", absent_device)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

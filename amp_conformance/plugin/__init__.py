@@ -25,8 +25,8 @@ pytest_plugins = (
     "amp_conformance.plugin.vendor",
     "amp_conformance.plugin.verdict",
     "amp_conformance.properties.statistics",
+    "amp_conformance.plugin.quarantine",  # before health, which imports it
     "amp_conformance.plugin.health",
-    "amp_conformance.plugin.quarantine",
     "amp_conformance.plugin.report.collect",
     "amp_conformance.plugin.outcomes",
 )
