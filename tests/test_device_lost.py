@@ -328,6 +328,35 @@ def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
     held = data["run"]["quarantined"].get("aten::mm", [])
     assert held and len(callers) <= 2, (callers, held)  # at most one loss per worker, then none
     assert data["run"]["status"] == "completed"
+    assert data["run"]["processes"] == 1  # the worker was replaced, not the run
+
+
+def test_a_worker_that_loses_its_device_to_an_op_is_replaced(tmp_path):
+    """Plain ``pytest -n 2``: the worker whose device an op lost ends after that item's
+    reports; xdist starts a fresh worker, which runs what the lost one had not. The item
+    fails once (no "crashed while running" beside it), every other item has a verdict or
+    is quarantined, and the run still exits 6."""
+    report = tmp_path / "r.json"
+    select = [*SELECT[:-1], "torch_16 and (test_policy or test_numerics or test_outside)"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", *select, "-n", "2",
+                           f"--conformance-report={report}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=_env("persistent", AMP_FAULT_OPS="mm"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == health.DEVICE_LOST, out[-3000:]
+    assert "node down" in out and "crashed while running" not in out, out[-3000:]
+    data = json.loads(report.read_text())
+    run, results = data["run"], data["results"]
+    assert run["status"] == "device lost" and run["not_run"] == 0
+    assert len(results) == run["collected"] > 100
+    failed = [r for r in results if r["outcome"] == "failed"]
+    assert [r["nodeid"] for r in failed] == [x["nodeid"] for x in run["lost"]], failed
+    assert all(r["message"].startswith(LOST) and "this worker ends here and a fresh one runs "
+               "the items after it; aten::mm is quarantined" in r["message"] for r in failed)
+    assert 1 <= len(failed) <= 2  # at most one loss per worker before the guard holds the op
+    held = run["quarantined"]["aten::mm"]
+    assert {r["outcome"] for r in results if r["nodeid"] not in held} <= {"passed", "skipped",
+                                                                          "failed"}
+    assert "the worker was replaced" in out
 
 
 def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):

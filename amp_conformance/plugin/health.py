@@ -6,8 +6,14 @@ So, after each conformance item that ran, the process that runs the items checks
 device: the backend's probe (``pytest_amp_conformance_device_health``), or for a real
 non-CPU device a synchronize and a tiny op; nothing on CPU or with ``--fake`` unless a
 backend declares a probe. When the device is lost, the item that lost it fails saying so,
-the session (an xdist worker: that worker) stops at once, the run exits with
-:data:`DEVICE_LOST` and the report counts the items left as not run.
+the session stops at once, the run exits with :data:`DEVICE_LOST` and the report counts the
+items left as not run.
+
+Under xdist a loss the probe blames on an op (``… in aten::baddbmm``, now quarantined:
+plugin/quarantine.py) ends only its worker, once the item's reports are sent: xdist starts a
+fresh worker, which runs the items the lost one had not, and every worker then stops the
+op's callers before they reach the device. A loss no op is blamed for (a dead device) still
+stops the whole run.
 
 ``--amp-resume PATH`` deselects the items an earlier process ran:
 ``python -m amp_conformance run`` restarts a run in a fresh process with it.
@@ -15,7 +21,9 @@ the session (an xdist worker: that worker) stops at once, the run exits with
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,6 +242,21 @@ class Watch:
 
     def __init__(self, health: Health):
         self.health = health
+        #: the item after whose protocol this xdist worker ends (its device lost, the op blamed)
+        self.end_after: pytest.Item | None = None
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        result = yield
+        if self.end_after is item:
+            # Every report of the item is sent; xdist has not heard that its protocol is
+            # complete, so it holds this item as the one the worker "crashed" in (the
+            # controller's pytest_handlecrashitem below adds no second report for it), gives
+            # the items this worker had not run to the others and starts a fresh worker.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(DEVICE_LOST)
+        return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -251,12 +274,19 @@ class Watch:
         report.outcome = "failed"
         if hasattr(report, "wasxfail"):
             del report.wasxfail
-        report.longrepr = (
-            f"DEVICE LOST during this item: {reason}\nThe device is unusable for the rest of "
-            "this process: the run stops here and the items after it are not run (python -m "
-            f"amp_conformance run runs them in a fresh process).{before}")
-        report.user_properties.append((LOST_PROPERTY, {"worker": worker, "reason": reason}))
-        quarantine.blame(item.config, reason)  # the op it blames: no other item calls it
+        op = quarantine.blame(item.config, reason)  # the op it blames: no other item calls it
+        replaced = bool(worker and op)
+        after = (f"this worker ends here and a fresh one runs the items after it; {op} is "
+                 "quarantined" if replaced else
+                 "the run stops here and the items after it are not run (python -m "
+                 "amp_conformance run runs them in a fresh process)")
+        report.longrepr = (f"DEVICE LOST during this item: {reason}\nThe device is unusable "
+                           f"for the rest of this process: {after}.{before}")
+        report.user_properties.append((LOST_PROPERTY, {"worker": worker, "reason": reason,
+                                                       "replaced": replaced}))
+        if replaced:
+            self.end_after = item
+            return
         on = f" on {worker}" if worker else ""
         item.session.shouldfail = (f"{STOP} during {item.nodeid}{on}: the run stops "
                                    f"(exit status {DEVICE_LOST})")
@@ -284,15 +314,27 @@ class Observer:
             if name == LOST_PROPERTY:
                 lost(self.config).append({"nodeid": report.nodeid, **value})
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker that ended itself after losing its device in ``crashitem`` (see
+        :class:`Watch`) did not crash in it: the item already failed, saying why, so xdist's
+        "crashed while running" report is made an empty teardown, counted nowhere."""
+        if any(x["nodeid"] == crashitem and x.get("replaced") for x in lost(self.config)):
+            report.outcome, report.when, report.longrepr = "passed", "teardown", None
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if lost(self.config):
             session.exitstatus = DEVICE_LOST
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        not_run = max(0, (self.selected or 0) - self.started)
         for loss in lost(self.config):
             on = f" on {loss['worker']}" if loss.get("worker") else ""
-            not_run = max(0, (self.selected or 0) - self.started)
+            then = ("the worker was replaced" if loss.get("replaced")
+                    else f"{not_run} items not run")
             terminalreporter.write_sep(
-                "!", f"{STOP} after {loss['nodeid']}{on}: {not_run} items not run "
+                "!", f"{STOP} after {loss['nodeid']}{on}: {then} "
                      f"(exit status {DEVICE_LOST}; {loss['reason']})", red=True, bold=True)
+        if not_run and all(x.get("replaced") for x in lost(self.config)):
+            terminalreporter.write_sep("!", f"{not_run} items not run", red=True, bold=True)

@@ -37,12 +37,15 @@ def file_of(config: pytest.Config) -> str | None:
             or config.stash.get(_FILE, None))
 
 
-def blame(config: pytest.Config, reason: str) -> None:
-    """Record the op a lost device's reason blames, for every process of the run."""
+def blame(config: pytest.Config, reason: str) -> str | None:
+    """Record the op a lost device's reason blames, for every process of the run; the op,
+    or None where the reason blames none or the run keeps no quarantine."""
     op, path = blamed_op(reason), file_of(config)
     if op and path:
         with open(path, "a", encoding="utf-8") as out:
             out.write(op + "\n")
+        return op
+    return None
 
 
 def reason_of(ops: list[str]) -> str:
