@@ -655,6 +655,7 @@ def test_unknown_profile_is_a_usage_error(inner_run):
 
 def test_profiles_registered():
     """ci is derandomized, deadline-free and small; nightly runs thousands of examples."""
+    profiles.profiles()  # registered on first use
     ci = settings.get_profile(profiles.PREFIX + "ci")
     assert ci.derandomize and ci.deadline is None and ci.max_examples <= 50
     nightly = settings.get_profile(profiles.PREFIX + "nightly")

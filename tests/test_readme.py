@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from amp_conformance.checks import registry
-from amp_conformance.properties.strategies import FORMS
+from amp_conformance.properties.call_forms import FORMS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -27,6 +27,6 @@ def test_readme_lists_the_ops_the_properties_call():
     assert 0 <= start < stop, "README has no property-forms list"
     shown = re.findall(r"`([^`]+)`", text[start + len(begin):stop])
     assert shown == sorted(FORMS), (
-        "README's list of the ops the properties call differs from strategies.FORMS; paste: "
-        "python -c \"from amp_conformance.properties.strategies import FORMS; "
+        "README's list of the ops the properties call differs from call_forms.FORMS; paste: "
+        "python -c \"from amp_conformance.properties.call_forms import FORMS; "
         "print(', '.join(f'`{k}`' for k in sorted(FORMS)))\"")

@@ -29,6 +29,7 @@ pytest_plugins = (
     "amp_conformance.plugin.health",
     "amp_conformance.plugin.report.collect",
     "amp_conformance.plugin.outcomes",
+    "amp_conformance.plugin.processes",
 )
 
 MARKERS = (

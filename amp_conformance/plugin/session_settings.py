@@ -19,7 +19,7 @@ from amp_conformance.checks.case import load_oplist
 from amp_conformance.checks.wrappers import declare
 from amp_conformance.plugin import options, vendor
 from amp_conformance.plugin.options import Settings
-from amp_conformance.properties.strategies import FORMS, Lit, Many, Sizes
+from amp_conformance.properties.call_forms import FORMS, Lit, Many, Sizes
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import OpList, OpListError
 

@@ -46,7 +46,7 @@ from amp_conformance.core.probes import CastCounter
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target
 from amp_conformance.properties import statistics, strategies
-from amp_conformance.properties.strategies import FORMS, ONE_DTYPE, Lit, Many, Sizes, tensor_count
+from amp_conformance.properties.call_forms import FORMS, ONE_DTYPE, Lit, Many, Sizes, tensor_count
 from amp_conformance.schema.oplist import Entry, variants
 
 #: How the properties call an op: op name -> form (see ``strategies.FORMS``).

@@ -18,8 +18,13 @@ installs the package, and that project's own Hypothesis tests keep their own pro
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING, Any
+
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+
+if TYPE_CHECKING:  # Hypothesis is imported where a property runs, not where the plugin loads
+    from hypothesis import settings
 
 #: Name of the pytest option, and the ``config`` attribute it is stored under.
 OPTION = "--amp-hypothesis-profile"
@@ -27,36 +32,48 @@ DEST = "amp_hypothesis_profile"
 DEFAULT = "ci"
 PREFIX = "amp-conformance-"
 
-_PROFILES: dict[str, settings] = {
-    "ci": settings(
-        derandomize=True,
-        database=None,
-        deadline=None,
-        max_examples=25,
-        stateful_step_count=25,
-        print_blob=False,
-        # The checks build tensors and call torch ops: generation is cheap, but the
-        # first examples pay torch's one-time costs.
-        suppress_health_check=[HealthCheck.too_slow],
-        # No "explain" phase: on a failing state machine it costs several times the
-        # shrinking, for a list of covered lines; the shrunk example is still printed.
-        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-    ),
-    "dev": settings(
-        deadline=None,
-        max_examples=200,
-        stateful_step_count=40,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    ),
-    "nightly": settings(
-        deadline=None,
-        max_examples=3000,
-        stateful_step_count=60,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    ),
-}
+
+@functools.cache
+def profiles() -> dict[str, Any]:
+    """The profiles' settings, each registered in Hypothesis under its namespaced name.
+    Built on first use: the plugin loads in processes that run no property (an xdist
+    controller), where importing Hypothesis would only delay the workers' start."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    built = {
+        "ci": settings(
+            derandomize=True,
+            database=None,
+            deadline=None,
+            max_examples=25,
+            stateful_step_count=25,
+            print_blob=False,
+            # The checks build tensors and call torch ops: generation is cheap, but the
+            # first examples pay torch's one-time costs.
+            suppress_health_check=[HealthCheck.too_slow],
+            # No "explain" phase: on a failing state machine it costs several times the
+            # shrinking, for a list of covered lines; the shrunk example is still printed.
+            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+        ),
+        "dev": settings(
+            deadline=None,
+            max_examples=200,
+            stateful_step_count=40,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+        "nightly": settings(
+            deadline=None,
+            max_examples=3000,
+            stateful_step_count=60,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    }
+    for name, each in built.items():
+        settings.register_profile(PREFIX + name, each)
+    return built
+
 
 #: Overrides for an item that checks one part of a property: one op of a policy, one rule
 #: of the region machine (beside the base rules). The parts' items together run more
@@ -68,10 +85,7 @@ _PART: dict[str, dict[str, int]] = {
     "nightly": {"max_examples": 1000},
 }
 
-NAMES = tuple(_PROFILES)
-
-for _name, _settings in _PROFILES.items():
-    settings.register_profile(PREFIX + _name, _settings)
+NAMES = ("ci", "dev", "nightly")
 
 _selected = DEFAULT
 
@@ -85,7 +99,7 @@ def configure(config: pytest.Config) -> None:
 def select(name: str) -> None:
     """Make ``name`` the profile of the property checks; raise pytest.UsageError if unknown."""
     global _selected
-    if name not in _PROFILES:
+    if name not in NAMES:
         raise pytest.UsageError(
             f"{OPTION} {name!r}: unknown profile; choose one of {', '.join(NAMES)}"
         )
@@ -102,7 +116,9 @@ def selected(**overrides: object) -> settings:
     ``overrides`` adjust single settings, e.g. a larger ``max_examples`` where the
     project's own tests must be sure to find a planted bug.
     """
-    return settings(settings.get_profile(PREFIX + _selected), **overrides)
+    from hypothesis import settings
+
+    return settings(profiles()[_selected], **overrides)
 
 
 def selected_part(**overrides: object) -> settings:

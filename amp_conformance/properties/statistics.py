@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import event
-from hypothesis.errors import InvalidArgument, UnsatisfiedAssumption
+
+# Hypothesis is imported where an example runs (below), not where this plugin loads: a
+# process that runs no property (an xdist controller) never pays for it.
 
 #: The label every property gives an example that reached an assertion able to fail.
 CORE = "core assertion ran"
@@ -82,6 +83,8 @@ def tallied(name: str) -> Iterator[Reach]:
 def example() -> Iterator[None]:
     """One example: the labels given inside are counted once each when it ends; an example
     Hypothesis discards counts as rejected, not in the shares."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
     labels: set[str] = set()
     _labels.append(labels)
     rejected = False
@@ -108,6 +111,9 @@ def current() -> frozenset[str]:
 
 def label(*texts: str) -> None:
     """Mark the example in progress as exercising each of ``texts``."""
+    from hypothesis import event
+    from hypothesis.errors import InvalidArgument
+
     for text in texts:
         if _labels:
             _labels[-1].add(text)
