@@ -299,17 +299,21 @@ def test_a_persistent_kernel_fault_is_quarantined_after_one_item(tmp_path, healt
     assert "PARTIAL VERDICT" in _banner(tmp_path / "r.md")
 
 
-def test_without_quarantine_every_caller_is_tried(tmp_path, healthy):
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_without_quarantine_every_caller_is_tried(tmp_path, healthy, workers):
     """--no-quarantine: each item that calls the faulty op runs in a fresh process and
-    fails once (one process per caller, as before the quarantine)."""
+    fails once (one process per caller, as before the quarantine); under xdist too, where
+    the controller then keeps no quarantine file of its own."""
     log = tmp_path / "calls.txt"
-    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K, run_args=("--no-quarantine",),
+    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K, *workers, run_args=("--no-quarantine",),
                              env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
     assert len(callers) == 2  # test_policy and test_numerics of baddbmm
     run = data["run"]
-    assert run["processes"] == len(callers) + 1 and not run["quarantined"]
+    assert not run["quarantined"] and data["summary"]["quarantined"] == 0
+    if not workers:
+        assert run["processes"] == len(callers) + 1
     outcomes = _outcomes(data)
     assert {n for n, o in outcomes.items() if o == "failed"} == callers
     last = proc.stdout.strip().splitlines()[-1]

@@ -54,6 +54,13 @@ _OPTIONS = {
              "-m amp_conformance run passes one to every process): an item calling one is "
              "not run",
     ),
+    "--amp-no-quarantine": dict(
+        dest="amp_no_quarantine", action="store_true", default=False,
+        help="keep no quarantine: every item is tried, also one that calls an op that lost "
+             "the device (python -m amp_conformance run --no-quarantine passes it); under "
+             "xdist a worker that loses its device then stops the run instead of being "
+             "replaced",
+    ),
     "--backend-module": dict(
         dest="amp_backend_modules", action="append", default=[], metavar="MODULE",
         help="module imported before collection to register a backend (e.g. torch_npu); "

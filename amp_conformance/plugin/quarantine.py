@@ -31,7 +31,10 @@ _FILE = pytest.StashKey[str]()
 
 
 def file_of(config: pytest.Config) -> str | None:
-    """The run's quarantine file: the option's, a worker's from its controller, or None."""
+    """The run's quarantine file: the option's, a worker's from its controller, or None
+    (also with ``--amp-no-quarantine``)."""
+    if config.getoption("amp_no_quarantine", False):
+        return None
     return (config.getoption("amp_quarantine_file", None)
             or getattr(config, "workerinput", {}).get(WORKER_KEY)
             or config.stash.get(_FILE, None))
@@ -57,7 +60,8 @@ def reason_of(ops: list[str]) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     dist = getattr(config.option, "dist", "no")
     if (not hasattr(config, "workerinput") and dist != "no"
-            and not config.getoption("amp_quarantine_file", None)):
+            and not config.getoption("amp_quarantine_file", None)
+            and not config.getoption("amp_no_quarantine", False)):
         handle, path = tempfile.mkstemp(prefix="amp-quarantine-", suffix=".txt")
         os.close(handle)
         config.stash[_FILE] = path

@@ -156,7 +156,9 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], Path]:
     pytest_args = _without_option(pytest_args, "--conformance-report")
     if _option_value(pytest_args, "--timeout") is None:
         pytest_args.append(f"--timeout={args.item_timeout:g}")
-    if getattr(args, "quarantine", True) and _option_value(pytest_args, "--amp-quarantine-file") is None:
+    if not getattr(args, "quarantine", True):
+        pytest_args.append("--amp-no-quarantine")  # nor one an xdist controller would keep
+    elif _option_value(pytest_args, "--amp-quarantine-file") is None:
         pytest_args.append(f"--amp-quarantine-file={quarantine_path(Path(report))}")
     return [sys.executable, "-m", "pytest", *pytest_args], Path(report)
 

@@ -322,21 +322,23 @@ def rebuild(journal: Path) -> dict[str, Any]:
     return build_report(replay(journal), process_gone=True)
 
 
-def _stopped(acc: Accumulator, how: str) -> dict[str, Any]:
-    """How one process of a restarted run stopped; the item it died in counts as failed."""
+def _stopped(acc: Accumulator, how: str) -> list[dict[str, Any]]:
+    """How one process of a restarted run stopped: each device it lost (several where
+    several of its xdist workers lost theirs), or the item it died in, which counts as
+    failed."""
     if acc.lost:
-        return {"kind": "device lost", "after": acc.lost[0]["nodeid"],
-                "on": acc.lost[0].get("worker"), "how": acc.lost[0].get("reason"),
-                "op": blamed_op(acc.lost[0].get("reason"))}
+        return [{"kind": "device lost", "after": loss["nodeid"], "on": loss.get("worker"),
+                 "how": loss.get("reason"), "op": blamed_op(loss.get("reason"))}
+                for loss in acc.lost]
     record = acc.records.get(acc.running or "")
     if record is None:
-        return {"kind": "crashed", "after": None, "on": None, "how": how, "op": None}
+        return [{"kind": "crashed", "after": None, "on": None, "how": how, "op": None}]
     record.outcome, record.finished = "failed", True
     record.message = (f"the process died during this item ({how}); no later item ran in that "
                       "process")
     acc.counts["failed"] += 1
-    return {"kind": "crashed", "after": record.info.get("nodeid") or record.nodeid, "on": None,
-            "how": how, "op": None}
+    return [{"kind": "crashed", "after": record.info.get("nodeid") or record.nodeid,
+             "on": None, "how": how, "op": None}]
 
 
 def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[str, Any]:
@@ -351,7 +353,7 @@ def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[s
         first.session, first.collected, first.deselected, first.selection)
     merged.processes = len(parts)
     for acc, how in parts if settled else parts[:-1]:
-        merged.restarts.append(_stopped(acc, how))
+        merged.restarts += _stopped(acc, how)
     for acc, _ in parts:
         for nodeid, record in acc.records.items():
             merged.records.setdefault(nodeid, record)
