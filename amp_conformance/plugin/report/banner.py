@@ -99,8 +99,9 @@ def restart_note(data: dict[str, Any]) -> str | None:
     head = f"{ops} ops lost the device: " if ops > 3 else ""
     which = "that item" if len(restarts) == 1 else "each of those items"
     held = " (or, calling a quarantined op, was not run)" if run.get("quarantined") else ""
+    processes = run.get("processes", len(restarts) + 1)
     return (f"{head}{'; '.join(phrases)}: {which} failed, once, and every other item ran in a "
-            f"sound process{held} ({run.get('processes', len(restarts) + 1)} processes).")
+            f"sound process{held} ({processes} process{'' if processes == 1 else 'es'}).")
 
 
 def blamed_op(reason: str | None) -> str | None:
