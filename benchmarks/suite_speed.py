@@ -5,26 +5,54 @@
 Runs ``pytest --pyargs amp_conformance.suite`` in a subprocess (so torch's import is
 counted, as a user would see it) from an empty directory, and prints the ratio of the
 ``-n 2`` wall time to the serial one. Every process pays pytest's assertion rewriting of
-the packages that ship a pytest plugin (Hypothesis among them, about 1 s here) unless
-Python may cache bytecode: where ``PYTHONDONTWRITEBYTECODE`` is set, as on this project's
-machine, the run says so; ``--bytecode-cache`` lifts it for the runs (after one run that
-fills the cache), as a user's environment usually is.
+the packages that ship a pytest plugin (Hypothesis, pytest-xdist, this suite: about 1 s
+here) unless their rewritten bytecode is cached, which pytest does where Python may write
+bytecode. The first line says what the runs met: ``PYTHONDONTWRITEBYTECODE`` (set on this
+project's machine and in many CI images) and how many rewritten files were cached.
+``--cold`` removes those files before every run: a fresh virtualenv under
+``PYTHONDONTWRITEBYTECODE``, as CI meets it. ``--bytecode-cache`` lifts
+``PYTHONDONTWRITEBYTECODE`` for the runs, after one run that fills the cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)")
 
 
-def run(extra: list[str], workers: int | None, env: dict[str, str]) -> tuple[int, float, str]:
+def rewritten() -> list[Path]:
+    """pytest's cached rewritten bytecode of the packages it rewrites in every run (those of
+    the distributions that ship a pytest plugin)."""
+    roots = set()
+    for dist in importlib.metadata.distributions():
+        if any(ep.group == "pytest11" for ep in dist.entry_points):
+            for name in ep_packages(dist):
+                roots.add(Path(dist.locate_file(name)))
+    import amp_conformance
+
+    roots.add(Path(amp_conformance.__file__).parent)  # an editable install lists no files
+    return [f for root in roots if root.is_dir() for f in root.rglob("*-pytest-*.pyc")]
+
+
+def ep_packages(dist: importlib.metadata.Distribution) -> set[str]:
+    return {str(f).split("/")[0] for f in dist.files or [] if "/" in str(f)
+            and not str(f).split("/")[0].endswith((".dist-info", ".data"))}
+
+
+def run(extra: list[str], workers: int | None, env: dict[str, str],
+        cold: bool = False) -> tuple[int, float, str]:
+    if cold:
+        for cached in rewritten():
+            cached.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite", "-q",
            "-p", "no:cacheprovider", *extra]
     if workers:
@@ -43,8 +71,11 @@ def run(extra: list[str], workers: int | None, env: dict[str, str]) -> tuple[int
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode (best is shown)")
-    parser.add_argument("--bytecode-cache", action="store_true",
-                        help="let Python cache bytecode (unset PYTHONDONTWRITEBYTECODE)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--bytecode-cache", action="store_true",
+                      help="let Python cache bytecode (unset PYTHONDONTWRITEBYTECODE)")
+    mode.add_argument("--cold", action="store_true",
+                      help="remove pytest's cached rewritten bytecode before every run")
     args, extra = parser.parse_known_args()
     env = dict(os.environ)
     if args.bytecode_cache:
@@ -52,13 +83,16 @@ def main() -> int:
         run(extra, None, env)  # fills the cache
     import torch
 
+    cached = "none (--cold)" if args.cold else f"{len(rewritten())} files"
     print(f"torch {torch.__version__}, {os.cpu_count()} cores "
-          f"({torch.backends.cpu.get_cpu_capability()}), bytecode cache "
-          f"{'off (PYTHONDONTWRITEBYTECODE)' if env.get('PYTHONDONTWRITEBYTECODE') else 'on'}")
+          f"({torch.backends.cpu.get_cpu_capability()}), PYTHONDONTWRITEBYTECODE "
+          f"{'set' if env.get('PYTHONDONTWRITEBYTECODE') else 'unset'}, pytest's rewritten "
+          f"bytecode cached: {cached}")
     print(f"{'mode':<10} {'items':>6} {'wall s':>8} {'items/s':>8}  summary")
     walls = []
     for label, workers in (("serial", None), ("-n 2", 2)):
-        best = min((run(extra, workers, env) for _ in range(args.repeat)), key=lambda r: r[1])
+        best = min((run(extra, workers, env, args.cold) for _ in range(args.repeat)),
+                   key=lambda r: r[1])
         items, wall, last = best
         walls.append(wall)
         print(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
