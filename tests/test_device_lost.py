@@ -335,21 +335,27 @@ def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
     assert data["run"]["processes"] == 1  # the worker was replaced, not the run
 
 
-def test_a_worker_that_loses_its_device_to_an_op_is_replaced(tmp_path):
+def _xdist_persistent(tmp_path: Path, dist: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "r.json"
+    select = [*SELECT[:-1], "torch_16 and (test_policy or test_numerics or test_outside)"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", *select, "-n", "2", "--dist", dist,
+                           f"--conformance-report={report}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=_env("persistent", AMP_FAULT_OPS="mm"))
+    return proc, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("dist", health.REPLACEABLE)
+def test_a_worker_that_loses_its_device_to_an_op_is_replaced(tmp_path, dist):
     """Plain ``pytest -n 2``: the worker whose device an op lost ends after that item's
     reports; xdist starts a fresh worker, which runs what the lost one had not. The item
     fails once (no "crashed while running" beside it), every other item has a verdict or
     is quarantined, and the run still exits 6."""
-    report = tmp_path / "r.json"
-    select = [*SELECT[:-1], "torch_16 and (test_policy or test_numerics or test_outside)"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", *select, "-n", "2",
-                           f"--conformance-report={report}"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env=_env("persistent", AMP_FAULT_OPS="mm"))
+    proc, data = _xdist_persistent(tmp_path, dist)
     out = proc.stdout + proc.stderr
     assert proc.returncode == health.DEVICE_LOST, out[-3000:]
     assert "node down" in out and "crashed while running" not in out, out[-3000:]
-    data = json.loads(report.read_text())
     run, results = data["run"], data["results"]
+    assert sum(_counts(proc.stdout).values()) == run["collected"]  # no item reported twice
     assert run["status"] == "device lost" and run["not_run"] == 0
     assert len(results) == run["collected"] > 100
     failed = [r for r in results if r["outcome"] == "failed"]
@@ -361,6 +367,25 @@ def test_a_worker_that_loses_its_device_to_an_op_is_replaced(tmp_path):
     assert {r["outcome"] for r in results if r["nodeid"] not in held} <= {"passed", "skipped",
                                                                           "failed"}
     assert "the worker was replaced" in out
+
+
+def _counts(out: str) -> dict[str, int]:
+    line = out.strip().splitlines()[-1]
+    return {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", line) if kind != "in"}
+
+
+def test_a_scheduler_that_runs_the_lost_item_again_stops_the_run(tmp_path):
+    """--dist loadfile hands a dead worker's whole file to another worker, the item it died
+    in included: no worker is replaced, the run stops at the loss as before, and no item
+    is reported twice."""
+    proc, data = _xdist_persistent(tmp_path, "loadfile")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == health.DEVICE_LOST, out[-3000:]
+    assert "node down" not in out and "the worker was replaced" not in out, out[-3000:]
+    run = data["run"]
+    assert run["status"] == "device lost" and len(data["results"]) == run["collected"]
+    assert [r["nodeid"] for r in data["results"] if r["outcome"] == "failed"] == [
+        x["nodeid"] for x in run["lost"]]
 
 
 def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
@@ -453,3 +478,20 @@ def test_a_guard_stops_every_call_of_its_op_and_is_removed_again():
     finally:
         quarantine.release()
     assert torch.mm(a, a).sum().item() == 8 and quarantine.touched() == []
+
+
+def test_a_command_to_a_worker_that_just_ended_is_dropped():
+    """health.tolerate_ended: an OSError sending to a worker (its pipe gone: it ended, e.g.
+    after losing its device at the same time as another worker) is dropped, as xdist drops
+    its own "shutdown" to one; xdist then hears that the worker ended and hands its items on."""
+    sent = []
+
+    class Node:
+        def sendcommand(self, name, **kwargs):
+            sent.append(name)
+            raise OSError("cannot send to <Channel id=1 closed>")
+
+    node = Node()
+    health.tolerate_ended(node)
+    node.sendcommand("runtests", indices=[3, 4])
+    assert sent == ["runtests"]

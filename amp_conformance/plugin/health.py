@@ -13,7 +13,9 @@ Under xdist a loss the probe blames on an op (``… in aten::baddbmm``, now quar
 plugin/quarantine.py) ends only its worker, once the item's reports are sent: xdist starts a
 fresh worker, which runs the items the lost one had not, and every worker then stops the
 op's callers before they reach the device. A loss no op is blamed for (a dead device) still
-stops the whole run.
+stops the whole run, and so does any loss under a scheduler that would run the item the
+worker "crashed" in once more (``--dist loadscope``, ``loadfile``, ``loadgroup``: only
+``load`` and ``worksteal`` hand it back as failed).
 
 ``--amp-resume PATH`` deselects the items an earlier process ran:
 ``python -m amp_conformance run`` restarts a run in a fresh process with it.
@@ -172,6 +174,43 @@ def start(device: str, probes: list[Callable[[], None]], patterns: tuple[re.Patt
     return Health(probe, patterns)
 
 
+#: xdist schedulers that, when a worker dies, report the item it died in and give only the
+#: items after it to other workers (loadscope and its kin run that item once more)
+REPLACEABLE = ("load", "worksteal")
+DIST_KEY = "amp_dist"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each worker its controller's scheduler (a worker's own ``dist`` option is "no"),
+    and let the controller send to a worker that has just ended (:func:`tolerate_ended`)."""
+    node.workerinput[DIST_KEY] = getattr(node.config.option, "dist", "no")
+    if node.workerinput[DIST_KEY] in REPLACEABLE:
+        tolerate_ended(node)
+
+
+def tolerate_ended(node: Any) -> None:
+    """Two workers that lose their devices at once end at once; the controller, handing the
+    first one's items on, may then send to the second before it has heard that it ended, and
+    xdist lets that OSError end the run (INTERNALERROR). A command to a worker that has
+    ended is dropped instead, as xdist drops its own "shutdown" to one: xdist hears of the
+    end next, and hands on the items it had sent there."""
+    send = node.sendcommand
+
+    def sendcommand(name: str, **kwargs: object) -> None:
+        try:
+            send(name, **kwargs)
+        except OSError:  # the pipe to the worker is gone: so is the worker
+            pass
+
+    node.sendcommand = sendcommand
+
+
+def _replaceable(config: pytest.Config) -> bool:
+    """Whether this process is an xdist worker whose controller can replace it after a loss."""
+    return getattr(config, "workerinput", {}).get(DIST_KEY) in REPLACEABLE
+
+
 def _is_xdist_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
 
@@ -275,7 +314,7 @@ class Watch:
         if hasattr(report, "wasxfail"):
             del report.wasxfail
         op = quarantine.blame(item.config, reason)  # the op it blames: no other item calls it
-        replaced = bool(worker and op)
+        replaced = bool(worker and op and _replaceable(item.config))
         after = (f"this worker ends here and a fresh one runs the items after it; {op} is "
                  "quarantined" if replaced else
                  "the run stops here and the items after it are not run (python -m "
@@ -337,4 +376,6 @@ class Observer:
                 "!", f"{STOP} after {loss['nodeid']}{on}: {then} "
                      f"(exit status {DEVICE_LOST}; {loss['reason']})", red=True, bold=True)
         if not_run and all(x.get("replaced") for x in lost(self.config)):
-            terminalreporter.write_sep("!", f"{not_run} items not run", red=True, bold=True)
+            terminalreporter.write_sep(
+                "!", f"{not_run} items not run: pytest-xdist stopped replacing workers (its "
+                     "--max-worker-restart, by default 4 per worker)", red=True, bold=True)
