@@ -408,6 +408,18 @@ def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
     assert "runs the rest in a fresh process" not in last
 
 
+def test_a_dead_device_under_xdist_ends_quickly_too(tmp_path):
+    """AMP_FAULT=dead with -n 2: each process loses its device in each worker's first item
+    (two items, no op blamed), which counts as no progress: the run gives up after
+    --dead-after processes instead of restarting until every item has failed."""
+    proc, data = _supervised(tmp_path, "-n", "2", env=_env("dead"))
+    assert proc.returncode == health.DEVICE_LOST, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = data["run"]
+    assert run["processes"] == supervised.DEAD_AFTER, run
+    assert run["gave_up"].startswith("the device is dead: 3 processes in a row lost it")
+    assert run["not_run"] > 0
+
+
 def test_restarts_follow_progress_and_stop_only_when_told():
     limits = supervised.Limits()
     assert limits.give_up(restarts=500, in_a_row=2, elapsed=1e6) is None  # no fixed cap

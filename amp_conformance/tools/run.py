@@ -17,10 +17,10 @@ process and judges it from outside, by its conformance report:
   died is followed by a fresh one that runs the items no child has started yet
   (``--amp-resume``), as pytest-xdist replaces a crashed worker, for as long as the
   children make progress: the run gives up only when ``--dead-after`` children in a row
-  (default 3) stopped in their first item with no op blamed by the health probe (the
-  device is dead for everything; a loss blamed on an op is a faulty kernel, whose callers
-  may come in a row), when
-  ``--time-budget`` seconds are spent, or after ``--max-restarts`` restarts if the user
+  (default 3) stopped in their first item (under xdist, each worker in its first) with no
+  op blamed by the health probe (the device is dead for everything; a loss blamed on an op
+  is a faulty kernel, whose callers may come in a row), when ``--time-budget`` seconds are
+  spent, or after ``--max-restarts`` restarts if the user
   sets a cap (a kernel that loses the device on every call thus costs one restart per
   item that calls it, never the rest of the run); the report at ``PATH.json`` then merges the children's
   journals (each child's own report is kept as ``PATH.1.json``, ``PATH.2.json``, …): the
@@ -385,12 +385,14 @@ def _ran(path: Path) -> int:
 
 
 def _no_progress(path: Path, run_: dict[str, Any]) -> bool:
-    """Whether a child that stopped tells of a dead device: it ran no item beyond the one it
-    stopped in, and the health probe blamed no op for it. A probe that names an op
-    (``… in aten::mm``) tells of a faulty kernel, whose callers may well come in a row (a
-    family whose every item calls mm): each still runs once; the rest of the run goes on."""
-    first = (run_.get("lost") or [{}])[0]
-    return _ran(path) <= 1 and blamed_op(first.get("reason")) is None
+    """Whether a child that stopped tells of a dead device: it ran no item beyond the ones it
+    lost the device in (one; under xdist one per worker whose device was lost), and the
+    health probe blamed no op for any. A probe that names an op (``… in aten::mm``) tells of
+    a faulty kernel, whose callers may well come in a row (a family whose every item calls
+    mm): each still runs once; the rest of the run goes on."""
+    losses = run_.get("lost") or [{}]
+    return (_ran(path) <= max(1, len(losses))
+            and all(blamed_op(loss.get("reason")) is None for loss in losses))
 
 
 def _children(command: list[str], report: Path, hang: float, limits: Limits
