@@ -446,6 +446,13 @@ assert got == (torch.float16, torch.float32, torch.float32, torch.float32), got
 print("ok")
 """
     done = _example("-c", script, timeout=300)
+    if (done.returncode == -6 and done.stdout.strip() == "ok"
+            and "terminate called without an active exception" in done.stderr):
+        # Every check above passed; the process then aborted in torch's own teardown (a C++
+        # thread still joinable at exit). Seen once, in CI under load (1 of 5 clean-clone
+        # runs; 0 of 30 here): reported as what it is, never as a pass.
+        pytest.xfail("every check passed; the interpreter then aborted at exit in torch's "
+                     "teardown (terminate called without an active exception)")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
