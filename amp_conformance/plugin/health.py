@@ -38,6 +38,7 @@ from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.report.banner import headline
 from amp_conformance.plugin.session_settings import settings
+from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
 #: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
 DEVICE_LOST = 6
@@ -208,11 +209,7 @@ def tolerate_ended(node: Any) -> None:
 
 def _replaceable(config: pytest.Config) -> bool:
     """Whether this process is an xdist worker whose controller can replace it after a loss."""
-    return getattr(config, "workerinput", {}).get(DIST_KEY) in REPLACEABLE
-
-
-def _is_xdist_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
+    return worker_input(config).get(DIST_KEY) in REPLACEABLE
 
 
 def lost(config: pytest.Config) -> list[dict[str, Any]]:
@@ -238,20 +235,20 @@ def _observe(config: pytest.Config) -> Observer:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     # the xdist controller runs no item: it only hears of the losses
-    if _is_xdist_controller(session.config) and wanted(session.config) is not None:
+    if is_xdist_controller(session.config) and wanted(session.config) is not None:
         _observe(session.config)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
-    if _is_xdist_controller(config) or config.option.collectonly:
+    if is_xdist_controller(config) or config.option.collectonly:
         return
     found = wanted(config)
     if found is None or not any(i.get_closest_marker("amp_check") for i in session.items):
         return
     config.pluginmanager.register(Watch(start(*found)), WATCH)
-    if not hasattr(config, "workerinput"):
+    if not is_worker(config):
         _observe(config).selected = len(session.items)
 
 
@@ -308,7 +305,7 @@ class Watch:
         return report
 
     def _lost(self, item: pytest.Item, report: pytest.TestReport, reason: str) -> None:
-        worker = getattr(item.config, "workerinput", {}).get("workerid")
+        worker = worker_input(item.config).get("workerid")
         before = f"\n\n{report.longreprtext}" if report.failed else ""
         report.outcome = "failed"
         if hasattr(report, "wasxfail"):

@@ -21,6 +21,7 @@ import pytest
 from amp_conformance.checks import registry
 from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.collect import ITEM_PROPERTY, SETUP_ERRORS, message_of
+from amp_conformance.plugin.xdist_roles import is_worker
 
 _ROWS = pytest.StashKey[dict]()
 #: a tier of fewer items than this says too little to call its skips a setup error
@@ -85,20 +86,16 @@ def setup_errors(items: list[dict[str, Any]]) -> list[str]:
     return found
 
 
-def _is_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput")
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if _is_controller(session.config):
+    if not is_worker(session.config):
         session.config.pluginmanager.register(Outcomes(session.config), "amp-conformance-outcomes")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if not _is_controller(config) or _ROWS not in config.stash:
+    if is_worker(config) or _ROWS not in config.stash:
         return
     errors = [] if config.getoption("amp_allow_empty", False) else setup_errors(rows(config))
     config.stash[SETUP_ERRORS] = errors
@@ -107,7 +104,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not _is_controller(config):
+    if is_worker(config):
         return
     grouped = causes.group(rows(config))
     if grouped:

@@ -27,6 +27,8 @@ import os
 import pytest
 import torch
 
+from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
+
 #: environment variables with which a user sizes torch's intra-op pool themselves
 USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SAVED = pytest.StashKey[int]()
@@ -48,8 +50,7 @@ def worker_threads(workers: int, available: int) -> int:
 
 def _workers(config: pytest.Config) -> int | None:
     """How many xdist workers this run has, where this process is one of them; else None."""
-    workerinput = getattr(config, "workerinput", None)
-    return None if workerinput is None else int(workerinput.get("workercount") or 1)
+    return int(worker_input(config).get("workercount") or 1) if is_worker(config) else None
 
 
 @pytest.hookimpl(trylast=True)
@@ -77,7 +78,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     workers = getattr(config.option, "numprocesses", None)
-    if not isinstance(workers, int) or not workers or getattr(config.option, "dist", "no") == "no":
+    if not isinstance(workers, int) or not workers or not is_xdist_controller(config):
         return []
     if any(os.environ.get(name) for name in USER_THREADS):
         chosen = ", ".join(f"{n}={os.environ[n]}" for n in USER_THREADS if os.environ.get(n))

@@ -22,6 +22,7 @@ import pytest
 from amp_conformance.core import quarantine
 from amp_conformance.plugin.report.banner import blamed_op
 from amp_conformance.plugin.session_settings import settings
+from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
 #: the user property of the report of an item that called a quarantined op
 PROPERTY = "amp_quarantined"
@@ -36,7 +37,7 @@ def file_of(config: pytest.Config) -> str | None:
     if config.getoption("amp_no_quarantine", False):
         return None
     return (config.getoption("amp_quarantine_file", None)
-            or getattr(config, "workerinput", {}).get(WORKER_KEY)
+            or worker_input(config).get(WORKER_KEY)
             or config.stash.get(_FILE, None))
 
 
@@ -58,9 +59,7 @@ def reason_of(ops: list[str]) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    dist = getattr(config.option, "dist", "no")
-    if (not hasattr(config, "workerinput") and dist != "no"
-            and not config.getoption("amp_quarantine_file", None)
+    if (is_xdist_controller(config) and not config.getoption("amp_quarantine_file", None)
             and not config.getoption("amp_no_quarantine", False)):
         handle, path = tempfile.mkstemp(prefix="amp-quarantine-", suffix=".txt")
         os.close(handle)
@@ -121,8 +120,8 @@ def pytest_report_teststatus(report: Any, config: pytest.Config) -> Any:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     path = file_of(session.config)
-    if path and not session.config.option.collectonly and session.items and (
-            hasattr(session.config, "workerinput") or getattr(session.config.option, "dist", "no") == "no"):
+    if (path and not session.config.option.collectonly and session.items
+            and not is_xdist_controller(session.config)):
         session.config.pluginmanager.register(Guard(session.config, path), "amp-conformance-guard")
 
 
@@ -156,7 +155,7 @@ class Tally:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):
+    if not is_worker(session.config):
         session.config.pluginmanager.register(Tally(), "amp-conformance-quarantine-tally")
 
 

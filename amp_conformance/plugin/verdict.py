@@ -21,15 +21,13 @@ from typing import Any
 
 import pytest
 
+from amp_conformance.plugin.xdist_roles import is_worker
+
 MARKER = "amp_check"
 _EXECUTED = pytest.StashKey[int]()
 _SEEN = pytest.StashKey[int]()
 _INTERRUPTED_BY = pytest.StashKey[str]()
 _PREVIOUS_HANDLER = pytest.StashKey[Any]()
-
-
-def _is_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput")
 
 
 #: the config of the running session, for hooks pytest calls without one
@@ -40,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _CONFIG["config"] = config
     config.stash[_EXECUTED] = 0
     config.stash[_SEEN] = 0
-    if _is_controller(config) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if not is_worker(config) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_sigterm(signum: int, frame: Any) -> None:
             config.stash[_INTERRUPTED_BY] = "SIGTERM"
             raise KeyboardInterrupt("SIGTERM")
@@ -89,7 +87,7 @@ class Counter:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if _is_controller(session.config):
+    if not is_worker(session.config):
         session.config.pluginmanager.register(Counter(session.config), "amp-conformance-verdict")
 
 
@@ -101,14 +99,14 @@ def nothing_executed(config: pytest.Config) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if not _is_controller(config) or config.getoption("amp_allow_empty", False):
+    if is_worker(config) or config.getoption("amp_allow_empty", False):
         return
     if session.exitstatus == pytest.ExitCode.OK and nothing_executed(config):
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if _is_controller(config) and nothing_executed(config):
+    if not is_worker(config) and nothing_executed(config):
         seen = config.stash.get(_SEEN, 0)
         terminalreporter.write_sep(
             "!", f"amp-conformance: no conformance check executed ({seen} selected, all "

@@ -32,6 +32,7 @@ from amp_conformance.plugin.report.journal import (
 from amp_conformance.plugin.report.paths import validate_report_path
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import check_of, declarations
+from amp_conformance.plugin.xdist_roles import is_worker
 
 ITEM_PROPERTY = "amp_item"
 #: the opt-in tiers that ran nothing (plugin.outcomes fills it at the session's end)
@@ -60,7 +61,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = _requested(config)
-    if path and not hasattr(config, "workerinput"):  # not on an xdist worker
+    if path and not is_worker(config):
         config.pluginmanager.register(ReportWriter(config, Path(path)), "amp-conformance-report")
 
 
