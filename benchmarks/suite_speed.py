@@ -3,8 +3,9 @@
     python benchmarks/suite_speed.py [--repeat N] [--bytecode-cache] [--device cpu] [pytest args...]
 
 Runs ``pytest --pyargs amp_conformance.suite`` in a subprocess (so torch's import is
-counted, as a user would see it) from an empty directory, and prints the ratio of the
-``-n 2`` wall time to the serial one. Every process pays pytest's assertion rewriting of
+counted, as a user would see it) from an empty directory, serial and ``-n 2`` in turn
+``--repeat`` times, and prints the best of each and the ratio of the ``-n 2`` wall time to
+the serial one. Every process pays pytest's assertion rewriting of
 the packages that ship a pytest plugin (Hypothesis, pytest-xdist, this suite: about 1 s
 here) unless their rewritten bytecode is cached, which pytest does where Python may write
 bytecode. The first line says what the runs met: ``PYTHONDONTWRITEBYTECODE`` (set on this
@@ -89,11 +90,16 @@ def main() -> int:
           f"{'set' if env.get('PYTHONDONTWRITEBYTECODE') else 'unset'}, pytest's rewritten "
           f"bytecode cached: {cached}")
     print(f"{'mode':<10} {'items':>6} {'wall s':>8} {'items/s':>8}  summary")
+    modes = (("serial", None), ("-n 2", 2))
+    # Alternated, so that a machine slowing down or speeding up during the runs weighs on
+    # both modes alike; the best run of each mode is shown.
+    runs: dict[str, list[tuple[int, float, str]]] = {label: [] for label, _ in modes}
+    for _ in range(args.repeat):
+        for label, workers in modes:
+            runs[label].append(run(extra, workers, env, args.cold))
     walls = []
-    for label, workers in (("serial", None), ("-n 2", 2)):
-        best = min((run(extra, workers, env, args.cold) for _ in range(args.repeat)),
-                   key=lambda r: r[1])
-        items, wall, last = best
+    for label, _ in modes:
+        items, wall, last = min(runs[label], key=lambda r: r[1])
         walls.append(wall)
         print(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
     print(f"-n 2 / serial wall: {walls[1] / walls[0]:.2f}")

@@ -1,9 +1,12 @@
 """What each process of a run pays beyond its items (plugin/processes.py): torch's threads
-under pytest-xdist, the heap frozen at exit; neither where no conformance item runs."""
+under pytest-xdist, the heap frozen during the run and at exit, Hypothesis imported past
+assertion rewriting; none of it where no conformance item runs."""
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -30,8 +33,24 @@ class _Item:
         return object() if self.check and name == "amp_check" else None
 
 
+class _Heap:
+    """Stands in for the gc module: records freeze and unfreeze."""
+
+    def __init__(self, frozen: int = 0):
+        self.frozen, self.calls = frozen, []
+
+    def get_freeze_count(self) -> int:
+        return self.frozen
+
+    def freeze(self) -> None:
+        self.calls.append("freeze")
+
+    def unfreeze(self) -> None:
+        self.calls.append("unfreeze")
+
+
 def _session(workers: int | None, *items: _Item):
-    config = SimpleNamespace(stash=pytest.Stash())
+    config = SimpleNamespace(stash=pytest.Stash(), option=SimpleNamespace(dist="no"))
     if workers is not None:
         config.workerinput = {"workercount": workers}
     return SimpleNamespace(config=config, items=list(items))
@@ -41,6 +60,7 @@ def _session(workers: int | None, *items: _Item):
 def exit_hooks(monkeypatch):
     registered = []
     monkeypatch.setattr(processes, "_EXIT_FREEZE", [])
+    monkeypatch.setattr(processes, "gc", _Heap())
     monkeypatch.setattr(processes.atexit, "register", registered.append)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
@@ -73,6 +93,118 @@ def test_otherwise_the_threads_are_left_alone(exit_hooks, monkeypatch, why):
     processes.pytest_unconfigure(session.config)
     assert torch.get_num_threads() == before
     assert exit_hooks == ([] if why == "no conformance item" else [processes.gc.freeze])
+
+
+def _cleanups(config) -> list:
+    config.add_cleanup = config.__dict__.setdefault("cleanups", []).append
+    return config.cleanups
+
+
+def test_a_conformance_session_freezes_the_heap_until_its_cleanup(exit_hooks):
+    session = _session(None, _Item(True))
+    cleanups = _cleanups(session.config)
+    processes.pytest_configure(session.config)
+    processes.pytest_collection_finish(session)
+    processes.pytest_collection_finish(session)  # once per session
+    assert processes.gc.calls == ["freeze"]
+    for cleanup in cleanups:
+        cleanup()
+    assert processes.gc.calls == ["freeze", "unfreeze"]
+
+
+@pytest.mark.parametrize("why", ["no conformance item", "someone else froze the heap"])
+def test_otherwise_the_heap_is_left_as_it_is(exit_hooks, monkeypatch, why):
+    if why == "someone else froze the heap":
+        monkeypatch.setattr(processes, "gc", _Heap(frozen=1000))
+    session = _session(None, _Item(why != "no conformance item"))
+    cleanups = _cleanups(session.config)
+    processes.pytest_configure(session.config)
+    processes.pytest_collection_finish(session)
+    for cleanup in cleanups:
+        cleanup()
+    assert processes.gc.calls == []
+
+
+def test_the_xdist_controller_freezes_at_its_first_conformance_report(exit_hooks):
+    config = SimpleNamespace(stash=pytest.Stash())
+    controller = processes._ControllerHeap(config)
+    controller.pytest_runtest_logreport(SimpleNamespace(user_properties=[("other", 1)]))
+    assert processes.gc.calls == []
+    conformance = SimpleNamespace(user_properties=[(processes.ITEM_PROPERTY, {})])
+    controller.pytest_runtest_logreport(conformance)
+    controller.pytest_runtest_logreport(conformance)
+    assert processes.gc.calls == ["freeze"]
+    assert exit_hooks == [processes.gc.freeze]
+
+
+def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkeypatch):
+    """In a real session: frozen from the items on, still frozen when pytest collects the
+    items' garbage after the last one, and no longer frozen once the session has ended."""
+    import _pytest.unraisableexception as unraisable
+
+    seen = []
+    harder = unraisable.gc_collect_harder
+    monkeypatch.setattr(unraisable, "gc_collect_harder",
+                        lambda n: (seen.append(gc.get_freeze_count()), harder(n)))
+    pytester.makeconftest("""
+        import gc, pytest
+
+        @pytest.fixture(autouse=True)
+        def _frozen(record_property):
+            record_property("frozen", gc.get_freeze_count())
+    """)
+    assert gc.get_freeze_count() == 0
+    result = pytester.inline_run(*SUITE)
+    passed = result.getreports("pytest_runtest_logreport")
+    frozen = [dict(r.user_properties)["frozen"] for r in passed if r.when == "call"]
+    assert frozen and all(n > 0 for n in frozen)
+    assert len(seen) == 2 and all(n > 0 for n in seen)
+    assert gc.get_freeze_count() == 0
+
+
+def test_hypothesis_is_imported_past_rewriting_in_every_process(pytester):
+    """Serial, in xdist workers and in their controller: Hypothesis's modules come from
+    their bytecode, not from pytest's rewriting (which other plugins' modules still get)."""
+    pytester.makeconftest("""
+        import json, os, sys
+
+        def pytest_unconfigure(config):
+            role = getattr(config, "workerinput", {}).get("workerid", "main")
+            loaders = {name: type(sys.modules[name].__spec__.loader).__name__
+                       for name in ("hypothesis", "xdist.plugin") if name in sys.modules}
+            with open(f"loaders-{role}-{os.getpid()}.json", "w") as out:
+                json.dump(loaders, out)
+    """)
+    for workers in ((), ("-n", "2")):
+        result = pytester.runpytest_subprocess(*SUITE, *workers)
+        assert result.ret == 0, result.stdout.str()[-2000:]
+    seen = {p.name.split("-")[1]: json.loads(p.read_text())
+            for p in pytester.path.glob("loaders-*.json")}
+    assert sorted(seen) == ["gw0", "gw1", "main"]
+    assert len(list(pytester.path.glob("loaders-main-*.json"))) == 2  # serial, controller
+    for role in seen:
+        assert seen[role]["xdist.plugin"] == "AssertionRewritingHook", role
+    for path in pytester.path.glob("loaders-*.json"):
+        assert json.loads(path.read_text())["hypothesis"] != "AssertionRewritingHook", path
+
+
+def test_import_past_rewriting_restores_the_import_system(tmp_path, monkeypatch):
+    class AssertionRewritingHook:  # the name pytest's finder has
+        asked: list[str] = []
+
+        def find_spec(self, name, path=None, target=None):
+            self.asked.append(name)
+
+    finder = AssertionRewritingHook()
+    monkeypatch.setattr(sys, "meta_path", [sys.meta_path[0], finder, *sys.meta_path[1:]])
+    before = list(sys.meta_path)
+    (tmp_path / "amp_past_rewriting_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    monkeypatch.delitem(sys.modules, "amp_past_rewriting_probe", raising=False)
+    processes.import_past_rewriting("amp_past_rewriting_probe")
+    assert sys.modules["amp_past_rewriting_probe"].VALUE == 1
+    assert finder.asked == []
+    assert sys.meta_path == before
 
 
 def test_xdist_workers_run_their_items_at_their_share(pytester, monkeypatch):

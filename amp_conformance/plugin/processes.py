@@ -10,28 +10,48 @@ package is installed; other test suites' processes are left as they are).
   cores (at least one), unless the user chose (``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS``
   set); the worker's previous count is restored when its session ends. No check depends on
   it: the control and the autocast call of an item run in the same process, at the same count.
-- **Exit.** An interpreter that has run the suite spends about a second at exit in the
-  garbage collector's passes over the heap of torch, dynamo and the items (1.1 s of 1.3 s
-  here); each xdist worker pays it before its controller can end. At exit, and only then,
-  the heap is frozen (:func:`gc.freeze`): every ``atexit`` handler still runs and every
-  object the modules hold is still released; the collector no longer searches the heap
-  for cycles, which the operating system frees with the process.
+- **The heap during the run.** Every full pass of the garbage collector walks the whole heap:
+  torch, dynamo and the collected items, about 230,000 objects before the first item. A
+  serial run made 14 such passes (2.1 s of its 15 s) and pytest adds two more after the
+  last item (its unraisable-exception check), which each xdist worker pays before its
+  controller can end. Once the items are collected (in the xdist controller: at the first
+  conformance report), what is alive is frozen (:func:`gc.freeze`): the collector leaves it
+  alone, and still collects everything the items make, so pytest's check still sees their
+  garbage. It is unfrozen when the session's cleanup ends, after pytest's check; a heap
+  someone else froze is left as it is.
+- **Hypothesis, past assertion rewriting.** pytest rewrites the asserts of every module of a
+  distribution that ships a pytest plugin, Hypothesis included: each process then compiles
+  Hypothesis from source (0.8 s here, under ``PYTHONDONTWRITEBYTECODE``, against 0.13 s
+  from its bytecode), and its engine runs its own rewritten asserts in every example (a
+  serial run took 1.5 s longer). The suite imports Hypothesis from its installed bytecode
+  (:func:`import_past_rewriting`) before its test modules do; so does the xdist controller
+  of a conformance run, whose only use of it is the summary of Hypothesis's plugin. The
+  asserts of the suite's own modules are rewritten as before.
+- **Exit.** The same passes at exit (1.1 s of a 1.3 s exit here): at exit, and only then,
+  the heap is frozen again: every ``atexit`` handler still runs and every object the
+  modules hold is still released; the collector no longer searches the heap for cycles,
+  which the operating system frees with the process.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import importlib
 import os
+import sys
 
 import pytest
 import torch
 
+from amp_conformance.plugin.report.collect import ITEM_PROPERTY
 from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
 #: environment variables with which a user sizes torch's intra-op pool themselves
 USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SAVED = pytest.StashKey[int]()
+_FROZEN = pytest.StashKey[bool]()
+_CONFORMANCE = pytest.StashKey[bool]()  # this process collected, or was sent, conformance items
 _EXIT_FREEZE: list[bool] = []
 
 
@@ -53,6 +73,35 @@ def _workers(config: pytest.Config) -> int | None:
     return int(worker_input(config).get("workercount") or 1) if is_worker(config) else None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered now so that it runs after pytest's own cleanup (its unraisable-exception
+    # check collects garbage there): cleanups run last-registered first, and this hook
+    # runs before those of pytest's builtin plugins.
+    config.add_cleanup(lambda: _unfreeze(config))
+    if is_xdist_controller(config):
+        config.pluginmanager.register(_ControllerHeap(config), "amp-conformance-heap")
+
+
+def _freeze(config: pytest.Config) -> None:
+    """Move what is alive now out of the collector's reach, for this session."""
+    if config.stash.get(_CONFORMANCE, False):
+        return
+    config.stash[_CONFORMANCE] = True
+    # Someone else's frozen heap is theirs to unfreeze; this session leaves it alone.
+    config.stash[_FROZEN] = gc.get_freeze_count() == 0
+    if config.stash[_FROZEN]:
+        gc.freeze()
+    if not _EXIT_FREEZE:  # once per process, however many sessions it runs (pytester)
+        atexit.register(gc.freeze)
+        _EXIT_FREEZE.append(True)
+
+
+def _unfreeze(config: pytest.Config) -> None:
+    if config.stash.get(_FROZEN, False):
+        gc.unfreeze()
+        config.stash[_FROZEN] = False
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Only a run with conformance items: the plugin is loaded in every project that
@@ -60,9 +109,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not any(item.get_closest_marker("amp_check") for item in session.items):
         return
-    if not _EXIT_FREEZE:  # once per process, however many sessions it runs (pytester)
-        atexit.register(gc.freeze)
-        _EXIT_FREEZE.append(True)
+    _freeze(config)
     workers = _workers(config)
     if workers is None or any(os.environ.get(name) for name in USER_THREADS):
         return
@@ -70,10 +117,48 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     torch.set_num_threads(worker_threads(workers, cores()))
 
 
+class _ControllerHeap:
+    """The xdist controller collects nothing: its first conformance report tells it."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if (not self.config.stash.get(_CONFORMANCE, False)
+                and ITEM_PROPERTY in dict(report.user_properties)):
+            _freeze(self.config)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     saved = config.stash.get(_SAVED, None)
     if saved is not None:
         torch.set_num_threads(saved)
+
+
+def import_past_rewriting(name: str) -> None:
+    """Import module ``name`` as Python would outside pytest: past pytest's assertion
+    rewriting (which still applies to every other import), from its installed bytecode."""
+    if name in sys.modules:
+        return
+    rewriting = [(i, finder) for i, finder in enumerate(sys.meta_path)
+                 if type(finder).__name__ == "AssertionRewritingHook"]
+    for _, finder in reversed(rewriting):
+        sys.meta_path.remove(finder)
+    try:
+        importlib.import_module(name)
+    finally:
+        for i, finder in rewriting:
+            sys.meta_path.insert(i, finder)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    # Hypothesis's plugin imports Hypothesis here, in every process; in the controller of
+    # a conformance run, from its bytecode.
+    config = terminalreporter.config
+    if (is_xdist_controller(config) and config.stash.get(_CONFORMANCE, False)
+            and config.pluginmanager.has_plugin("hypothesispytest")):
+        import_past_rewriting("hypothesis.internal.observability")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
