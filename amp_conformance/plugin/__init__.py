@@ -30,6 +30,7 @@ pytest_plugins = (
     "amp_conformance.plugin.report.collect",
     "amp_conformance.plugin.outcomes",
     "amp_conformance.plugin.processes",
+    "amp_conformance.plugin.distribution",
 )
 
 MARKERS = (

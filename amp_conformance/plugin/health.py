@@ -38,7 +38,13 @@ from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.report.banner import headline
 from amp_conformance.plugin.session_settings import settings
-from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
+from amp_conformance.plugin.xdist_roles import (
+    DIST_KEY,
+    is_worker,
+    is_xdist_controller,
+    scheduler,
+    worker_input,
+)
 
 #: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
 DEVICE_LOST = 6
@@ -178,14 +184,13 @@ def start(device: str, probes: list[Callable[[], None]], patterns: tuple[re.Patt
 #: xdist schedulers that, when a worker dies, report the item it died in and give only the
 #: items after it to other workers (loadscope and its kin run that item once more)
 REPLACEABLE = ("load", "worksteal")
-DIST_KEY = "amp_dist"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """Tell each worker its controller's scheduler (a worker's own ``dist`` option is "no"),
     and let the controller send to a worker that has just ended (:func:`tolerate_ended`)."""
-    node.workerinput[DIST_KEY] = getattr(node.config.option, "dist", "no")
+    node.workerinput[DIST_KEY] = scheduler(node.config)
     if node.workerinput[DIST_KEY] in REPLACEABLE:
         tolerate_ended(node)
 
@@ -209,7 +214,7 @@ def tolerate_ended(node: Any) -> None:
 
 def _replaceable(config: pytest.Config) -> bool:
     """Whether this process is an xdist worker whose controller can replace it after a loss."""
-    return worker_input(config).get(DIST_KEY) in REPLACEABLE
+    return is_worker(config) and scheduler(config) in REPLACEABLE
 
 
 def lost(config: pytest.Config) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 A serial run is one process that collects, runs and reports; under ``-n`` the controller
 collects nothing and runs nothing but receives every report, and each worker runs items
-and receives its controller's ``workerinput``.
+and receives its controller's ``workerinput``, which tells it the controller's scheduler
+(``--dist``; a worker's own ``dist`` option is "no").
 """
 
 from __future__ import annotations
@@ -25,3 +26,14 @@ def is_worker(config: pytest.Config) -> bool:
 def is_xdist_controller(config: pytest.Config) -> bool:
     """An xdist controller: it runs no item and receives every report."""
     return not is_worker(config) and getattr(config.option, "dist", "no") != "no"
+
+
+#: the ``workerinput`` key under which a worker is told its controller's ``--dist``
+DIST_KEY = "amp_dist"
+
+
+def scheduler(config: pytest.Config) -> str:
+    """The xdist scheduler (``--dist``) of the run this process belongs to: "no" serially."""
+    if is_worker(config):
+        return worker_input(config).get(DIST_KEY, "no")
+    return getattr(config.option, "dist", "no")

@@ -1,0 +1,111 @@
+"""The order in which an xdist run hands out its items (plugin/distribution.py): every
+group spread evenly, the same order in every worker, file order everywhere else."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from amp_conformance.plugin import distribution
+from amp_conformance.plugin.xdist_roles import DIST_KEY
+
+SUITE = ("--pyargs", "amp_conformance.suite.test_oplist", "amp_conformance.suite.test_regions",
+         "-k", "bfloat16 and (torch_16 or region) and (test_policy or test_region)",
+         "-p", "no:cacheprovider", "-p", "no:randomly")
+
+
+class _Item:
+    def __init__(self, nodeid: str, check: bool = True, scope: str = "function"):
+        self.nodeid = nodeid
+        self.check = check
+        fixturedef = SimpleNamespace(scope=scope)
+        self._fixtureinfo = SimpleNamespace(name2fixturedefs={"f": [fixturedef]})
+
+    def get_closest_marker(self, name):
+        return object() if self.check and name == "amp_check" else None
+
+    def __repr__(self) -> str:
+        return self.nodeid
+
+
+def _items(**groups: int) -> list[_Item]:
+    return [_Item(f"t.py::{name}[{j}]") for name, n in groups.items() for j in range(n)]
+
+
+def test_each_group_is_spread_evenly_over_the_run():
+    items = _items(slow=2, cheap=6, one=1)
+    order = [i.nodeid for i in distribution.spread(items)]
+    assert order == ["t.py::cheap[0]", "t.py::slow[0]", "t.py::cheap[1]", "t.py::cheap[2]",
+                     "t.py::one[0]", "t.py::cheap[3]", "t.py::slow[1]", "t.py::cheap[4]",
+                     "t.py::cheap[5]"]
+
+
+def test_spreading_keeps_every_item_and_each_groups_order():
+    items = _items(a=7, b=3, c=11, d=1)
+    order = distribution.spread(items)
+    assert sorted(map(id, order)) == sorted(map(id, items))
+    for name in "abcd":
+        mine = [i.nodeid for i in order if i.nodeid.startswith(f"t.py::{name}[")]
+        assert mine == [i.nodeid for i in items if i.nodeid.startswith(f"t.py::{name}[")]
+    assert distribution.spread(list(items)) == order  # the same order every time
+
+
+def _config(dist: str | None) -> SimpleNamespace:
+    config = SimpleNamespace(option=SimpleNamespace(dist="no"))
+    if dist is not None:
+        config.workerinput = {DIST_KEY: dist}
+    return config
+
+
+@pytest.mark.parametrize("dist", distribution.SPREAD_UNDER)
+def test_a_worker_under_load_or_worksteal_spreads(dist):
+    items = _items(slow=2, cheap=6)
+    distribution.pytest_collection_modifyitems(_config(dist), items)
+    spread = [i.nodeid for i in distribution.spread(_items(slow=2, cheap=6))]
+    assert [i.nodeid for i in items] == spread != [i.nodeid for i in _items(slow=2, cheap=6)]
+
+
+@pytest.mark.parametrize("why", ["serial", "loadscope", "another project's items",
+                                 "a module-scoped fixture"])
+def test_otherwise_file_order_is_kept(why):
+    items = _items(slow=2, cheap=6)
+    if why == "another project's items":
+        items = [_Item(i.nodeid, check=False) for i in items]
+    if why == "a module-scoped fixture":
+        items[3] = _Item(items[3].nodeid, scope="module")
+    before = [i.nodeid for i in items]
+    dist = {"serial": None, "loadscope": "loadscope"}.get(why, "load")
+    distribution.pytest_collection_modifyitems(_config(dist), items)
+    assert [i.nodeid for i in items] == before
+
+
+def test_every_worker_runs_in_the_spread_order(pytester):
+    """Under -n 2 both workers collect the spread order (xdist refuses differing ones), and
+    every item runs once; serially, file order."""
+    pytester.makeconftest("""
+        import json, pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_finish(session):
+            role = getattr(session.config, "workerinput", {}).get("workerid", "main")
+            with open(f"order-{role}.json", "w") as out:
+                json.dump([f"{item.path.name}{item.nodeid}" for item in session.items], out)
+    """)
+    serial = pytester.runpytest_subprocess(*SUITE)
+    assert serial.ret == 0, serial.stdout.str()[-2000:]
+    parallel = pytester.runpytest_subprocess(*SUITE, "-n", "2")
+    assert parallel.ret == 0, parallel.stdout.str()[-2000:]
+    assert serial.parseoutcomes()["passed"] == parallel.parseoutcomes()["passed"]
+    orders = {p.stem.split("-")[1]: json.loads(p.read_text())
+              for p in pytester.path.glob("order-*.json")}
+    assert sorted(orders) == ["gw0", "gw1", "main"]
+    assert orders["gw0"] == orders["gw1"] != orders["main"]
+    assert sorted(orders["gw0"]) == sorted(orders["main"])
+    spread, half = orders["gw0"], len(orders["gw0"]) / 2
+    groups = {nodeid.partition("[")[0] for nodeid in spread}
+    assert len(groups) > 1
+    for group in groups:  # in file order a group sits in one part of the run; here, in both
+        at = [i for i, nodeid in enumerate(spread) if nodeid.partition("[")[0] == group]
+        assert len(at) == 1 or at[0] < half <= at[-1], group
