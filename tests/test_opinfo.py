@@ -141,6 +141,44 @@ def test_a_bad_sample_bound_is_a_usage_error(tmp_path, args, says):
     assert proc.returncode == 4 and says in proc.stderr + proc.stdout
 
 
+BLOCK_EXPECTTEST = """
+import importlib.abc, sys
+
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "expecttest":
+            raise ModuleNotFoundError("No module named 'expecttest'", name=name)
+
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_without_expecttest_the_tier_is_a_usage_error_naming_the_fix(tmp_path, workers):
+    """Serially op_db's import fails; an xdist controller, which does not import op_db,
+    finds expecttest missing before it starts a worker: the same error, no traceback."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(BLOCK_EXPECTTEST)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
+                           "-q", "-p", "no:cacheprovider", "--amp-opinfo", *workers],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode == 4, out[-2000:]
+    assert "--amp-opinfo needs PyTorch's OpInfo database" in out
+    assert "No module named 'expecttest' (pip install expecttest)" in out
+    assert "Traceback" not in out and "gw0" not in out
+
+
+def test_an_xdist_controller_checks_op_db_without_importing_it(monkeypatch):
+    monkeypatch.delitem(sys.modules, source.MODULE, raising=False)
+    source.check_installed()
+    assert source.MODULE not in sys.modules
+    monkeypatch.setattr(source, "NEEDS", ("amp_no_such_package",))
+    with pytest.raises(source.OpDbUnavailable, match="No module named 'amp_no_such_package'"):
+        source.check_installed()
+
+
 def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
     results = [
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "passed",

@@ -18,6 +18,7 @@ import torch
 from amp_conformance.core.resolve import SettingsError
 from amp_conformance.core.resolve import resolve as resolve_run
 from amp_conformance.core.target import Target
+from amp_conformance.plugin.xdist_roles import is_xdist_controller
 
 #: Short aliases and the canonical option each stands for.
 ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake",
@@ -210,7 +211,8 @@ def _compile_backend(config: pytest.Config) -> str | None:
 
 def _opinfo(config: pytest.Config) -> dict[str, Any]:
     """--amp-opinfo and --amp-opinfo-samples, validated; op_db imported here, once, only
-    when the tier is on (a torch whose op_db does not import is a usage error)."""
+    when the tier is on (a torch whose op_db does not import is a usage error), except in
+    an xdist controller."""
     raw = config.getoption("amp_opinfo_samples", default=None)
     on = bool(config.getoption("amp_opinfo", default=False))
     from amp_conformance.checks.opinfo import source
@@ -228,7 +230,9 @@ def _opinfo(config: pytest.Config) -> dict[str, Any]:
             raise pytest.UsageError("amp-conformance: --amp-opinfo-samples needs --amp-opinfo")
     if on:
         try:
-            source.op_db()
+            # The xdist controller runs no OpInfo item: it checks what is installed, and
+            # starts its workers 2.5 s sooner; each worker imports op_db.
+            source.check_installed() if is_xdist_controller(config) else source.op_db()
         except source.OpDbUnavailable as exc:
             raise pytest.UsageError(f"amp-conformance: {exc}") from None
     return {"opinfo": on, "opinfo_samples": samples}

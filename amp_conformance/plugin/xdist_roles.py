@@ -24,8 +24,16 @@ def is_worker(config: pytest.Config) -> bool:
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:
-    """An xdist controller: it runs no item and receives every report."""
-    return not is_worker(config) and getattr(config.option, "dist", "no") != "no"
+    """An xdist controller: it runs no item and receives every report. Also right before
+    xdist's own ``pytest_cmdline_main`` has turned ``-n N`` into ``--dist load``."""
+    if is_worker(config):
+        return False
+    if getattr(config.option, "dist", "no") != "no":
+        return True
+    workers = getattr(config.option, "numprocesses", None)
+    if workers in ("auto", "logical"):  # xdist runs serially under --pdb
+        return not config.getoption("usepdb", False)
+    return bool(workers)
 
 
 #: the ``workerinput`` key under which a worker is told its controller's ``--dist``

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import itertools
 import warnings
 from collections.abc import Iterator
@@ -37,8 +38,33 @@ SEED = 0
 DEFAULT_SAMPLES = "forms"
 
 
+#: what op_db's import needs beyond torch and this package's own dependencies (the
+#: ``opinfo`` extra installs it)
+NEEDS = ("expecttest",)
+
+
 class OpDbUnavailable(RuntimeError):
     """The running torch's op_db cannot be imported (a usage error, naming the fix)."""
+
+
+def _unavailable(exc: BaseException) -> OpDbUnavailable:
+    hint = " (pip install expecttest)" if "expecttest" in str(exc) else ""
+    return OpDbUnavailable(f"--amp-opinfo needs PyTorch's OpInfo database ({MODULE}), which "
+                           f"does not import here: {describe_error(exc)}{hint}")
+
+
+def check_installed() -> None:
+    """op_db's module and what it needs are installed, without importing op_db (2.5 s
+    here): the check of an xdist controller, which runs no OpInfo item and would import it
+    only to check, before it starts its workers. Each worker imports it, as a serial run
+    does, and fails on any other import error."""
+    for name in (MODULE, *NEEDS):
+        try:
+            found = importlib.util.find_spec(name)
+        except ImportError as exc:
+            raise _unavailable(exc) from None
+        if found is None:
+            raise _unavailable(ModuleNotFoundError(f"No module named {name!r}"))
 
 
 @functools.cache
@@ -47,9 +73,7 @@ def op_db() -> tuple[Any, ...]:
     try:
         module = importlib.import_module(MODULE)
     except Exception as exc:  # noqa: BLE001 - any import failure is the same usage error
-        hint = " (pip install expecttest)" if "expecttest" in str(exc) else ""
-        raise OpDbUnavailable(f"--amp-opinfo needs PyTorch's OpInfo database ({MODULE}), "
-                              f"which does not import here: {describe_error(exc)}{hint}") from None
+        raise _unavailable(exc) from None
     db = getattr(module, "op_db", None)
     if not isinstance(db, list) or not db:
         raise OpDbUnavailable(f"--amp-opinfo: {MODULE} has no op_db list in torch {torch.__version__}")
