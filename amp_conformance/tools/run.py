@@ -156,11 +156,30 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], Path]:
     pytest_args = _without_option(pytest_args, "--conformance-report")
     if _option_value(pytest_args, "--timeout") is None:
         pytest_args.append(f"--timeout={args.item_timeout:g}")
+    if _distributed(pytest_args) and _option_value(pytest_args, "--max-worker-restart") is None:
+        pytest_args.append(f"--max-worker-restart={WORKER_REPLACEMENTS}")
     if not getattr(args, "quarantine", True):
         pytest_args.append("--amp-no-quarantine")  # nor one an xdist controller would keep
     elif _option_value(pytest_args, "--amp-quarantine-file") is None:
         pytest_args.append(f"--amp-quarantine-file={quarantine_path(Path(report))}")
     return [sys.executable, "-m", "pytest", *pytest_args], Path(report)
+
+
+#: xdist workers a child may replace (``--max-worker-restart``; xdist's default is 4 per
+#: worker). Under ``run`` a worker is replaced after a loss the health probe blames on an
+#: op, and that op is then quarantined in every process, so each faulty op costs one
+#: replacement: ten faulty ops under ``-n 2`` passed xdist's default of 8, and the rest of
+#: the child's items waited for a whole new child (its controller and workers). Losses with
+#: no op blamed still stop the child, and ``run`` decides what follows.
+WORKER_REPLACEMENTS = 100
+
+
+def _distributed(args: list[str]) -> bool:
+    """Whether the pytest arguments ask pytest-xdist for workers (``-n N``, ``-nN``,
+    ``--numprocesses``)."""
+    return any(a in ("-n", "--numprocesses") or a.startswith("--numprocesses=")
+               or (a.startswith("-n") and len(a) > 2 and not a.startswith("--"))
+               for a in args)
 
 
 def quarantine_path(report: Path) -> Path:
