@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import pytest
 
+from amp_conformance.plugin.vendor import has_conformance_items
 from amp_conformance.plugin.xdist_roles import is_worker, scheduler
 
 #: the xdist schedulers that hand out items in collection order, item by item
@@ -41,7 +42,7 @@ def group_of(item: pytest.Item) -> tuple[str, str]:
 
 def spread(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with each group's members at evenly spaced fractions of the run."""
-    groups: dict[str, list[pytest.Item]] = {}
+    groups: dict[tuple[str, str], list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(group_of(item), []).append(item)
     placed = [((j + 0.5) / len(members), first, j, item)
@@ -61,7 +62,7 @@ def shares_a_scoped_fixture(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not is_worker(config) or scheduler(config) not in SPREAD_UNDER:
         return
-    if not any(item.get_closest_marker("amp_check") for item in items):
+    if not has_conformance_items(items):
         return  # another project's run: its order is its own
     if any(shares_a_scoped_fixture(item) for item in items):
         return

@@ -45,6 +45,7 @@ import pytest
 import torch
 
 from amp_conformance.plugin.report.collect import ITEM_PROPERTY
+from amp_conformance.plugin.vendor import has_conformance_items
 from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
 #: environment variables with which a user sizes torch's intra-op pool themselves
@@ -104,10 +105,8 @@ def _unfreeze(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # Only a run with conformance items: the plugin is loaded in every project that
-    # installs the package, and leaves the processes of other test suites as they are.
     config = session.config
-    if not any(item.get_closest_marker("amp_check") for item in session.items):
+    if not has_conformance_items(session.items):
         return
     _freeze(config)
     workers = _workers(config)

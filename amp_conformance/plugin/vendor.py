@@ -405,6 +405,12 @@ def check_of(item: pytest.Item) -> str | None:
     return marker.args[0] if marker is not None and marker.args else None
 
 
+def has_conformance_items(items: list[pytest.Item]) -> bool:
+    """Whether a run collected conformance items: the plugin is loaded in every project that
+    installs the package, and leaves other test suites' runs as they are."""
+    return any(item.get_closest_marker("amp_check") for item in items)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
