@@ -8,6 +8,7 @@ fails, which restores PyTorch's own kernel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import re
 import textwrap
@@ -170,11 +171,8 @@ def test_coverage_command_reports_nothing_missing(device, capsys):
 
 def test_coverage_names_an_overload_no_entry_reaches():
     lists = oplist.load("cpu")
-    without = oplist.OpList(
-        "cpu", lists.default_amp_dtype,
-        tuple(e for e in lists.entries if e.id not in ("fft_rfft2", "max_pool3d")),
-        lists.paths,
-    )
+    without = dataclasses.replace(lists, entries=tuple(
+        e for e in lists.entries if e.id not in ("fft_rfft2", "max_pool3d")))
     with pytest.raises(ConformanceFailure) as info:
         coverage.check("cpu", without, Target("cpu"), [torch.bfloat16])
     message = str(info.value)
