@@ -49,6 +49,50 @@ def test_numbers_paths_and_hlo_names_are_masked_dtypes_are_not():
     assert causes.cause(bf16) != causes.cause(one), "the dtype is part of the cause"
 
 
+def test_only_paths_are_masked_as_paths():
+    """A ``/`` between words or numbers is no path; absolute paths and relative ones naming a
+    file are."""
+    for text, masked in [
+        ("float16 needs AVX512-FP16/AMX-FP16", "<amp dtype> needs AVX512-FP16/AMX-FP16"),
+        ("no legacy custom_fwd/custom_bwd", "no legacy custom_fwd/custom_bwd"),
+        ("omitted during the selective/custom build process", "omitted during the "
+         "selective/custom build process"),
+        ("coverage cpu: 126/127 covered", "coverage cpu: N/N covered"),
+        ("in /tmp/site/amp_conformance/oplists/cpu.toml, line 3", "in <path>, line N"),
+        ("see oplists/cpu_policy.toml and amp_conformance/suite/test_oplist.py:12",
+         "see <path> and <path>:N"),
+        ("(C:/Users/x/cpu.toml)", "(<path>)"),
+    ]:
+        assert causes.cause(_result(f"E: {text}")) == f"E: {masked}", text
+
+
+def test_every_spelling_of_an_amp_dtype_is_one_cause():
+    """Whichever autocast dtype an item ran under, and however a message spells the amp
+    dtypes (ours, PyTorch's, C++'s), one cause is one row."""
+    skip = ("oneDNN has no LSTM primitive for this autocast dtype on this CPU (bfloat16 needs "
+            "AVX-512, float16 AVX512-FP16/AMX-FP16): torch.lstm picks the oneDNN path")
+    rows = [_result(skip, amp_dtype="bfloat16", op="torch.lstm", nodeid="t::a"),
+            _result(skip, amp_dtype="float16", op="torch.lstm", nodeid="t::b"),
+            _result("RuntimeError: expected scalar type Float but found 'BFloat16'",
+                    amp_dtype="bfloat16", nodeid="t::c"),
+            _result("RuntimeError: expected scalar type Float but found 'Half'",
+                    amp_dtype="float16", nodeid="t::d"),
+            _result("E: entry x is listed for float16 only", amp_dtype="bfloat16", nodeid="t::e"),
+            _result("E: entry x is listed for bfloat16 only", amp_dtype="float16", nodeid="t::f"),
+            _result("E: c10::Half, torch.half, at::kBFloat16, ScalarType::Half, bf16, fp16",
+                    nodeid="t::g")]
+    grouped = causes.group(rows)
+    assert [r["count"] for r in grouped] == [2, 2, 2, 1], grouped
+    assert grouped[0]["cause"] == (
+        "oneDNN has no LSTM primitive for this autocast dtype on this CPU (<amp dtype> needs "
+        "AVX-N, <amp dtype> AVX512-FP16/AMX-FP16): <op> picks the oneDNN path")
+    assert grouped[1]["cause"] == ("RuntimeError: expected scalar type Float but found "
+                                   "'<amp dtype>'")
+    assert grouped[3]["cause"] == "E: " + ", ".join(["<amp dtype>"] * 6)
+    assert causes.cause(_result("E: ComplexHalf and float32 stay")) == \
+        "E: ComplexHalf and float32 stay"
+
+
 def test_groups_are_largest_first_and_stable():
     rows = [_result("E: b", nodeid="t::b2"), _result("E: a", nodeid="t::a1"),
             _result("E: b", nodeid="t::b1"), {"nodeid": "t::ok", "outcome": "passed"},

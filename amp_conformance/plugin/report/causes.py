@@ -3,11 +3,13 @@ reads one row, not 255.
 
 An item's *cause* is the exception type and the telling line of its message
 (:func:`amp_conformance.plugin.report.banner.headline`) with what names the item masked:
-its op and entry, its autocast dtype, ``aten::`` op names, file paths and every number
-(ids, sizes, addresses, HLO instruction numbers). Items whose causes are equal are one
-row, largest first. Pure functions of a report's ``results`` (or of rows shaped like
-them), shared by the JSON, HTML and Markdown reports, ``python -m amp_conformance run``'s
-ending line and the terminal summary.
+its op and entry, the autocast dtypes in every spelling (a message names float16 and
+bfloat16 in PyTorch's words, ``Half`` and ``'BFloat16'``, as often as in ours), ``aten::``
+op names, file paths (only what is a path: ``custom_fwd/custom_bwd`` and ``127/127`` are
+words and numbers) and every number (ids, sizes, addresses, HLO instruction numbers).
+Items whose causes are equal are one row, largest first. Pure functions of a report's
+``results`` (or of rows shaped like them), shared by the JSON, HTML and Markdown reports,
+``python -m amp_conformance run``'s ending line and the terminal summary.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from amp_conformance.plugin.report.banner import headline
-
-#: the outcomes a failure row counts (a strict xpass and an unfinished item fail the run)
-FAILING = ("failed", "error", "xpassed", "unfinished")
+from amp_conformance.plugin.report.banner import PROBLEMS, headline
 
 _ENTRY = re.compile(r"\s*\[entry [^\]]*\]")
 _ATEN = re.compile(r"\b(aten|prims|xla)::[A-Za-z0-9_.]+")
 _HLO = re.compile(r"%[A-Za-z_][\w.-]*")  # XLA instruction names: %multiply.12, %p2.3
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+)+/?")
+_AMP_DTYPE = re.compile(r"\b(?:torch\.(?:b?float16|half)|b?float16|(?:c10::|at::k|ScalarType::)?"
+                        r"(?:Half|BFloat16)|b?f16|fp16)\b")
+#: an absolute path (its ``/`` starts a word: not the one of ``custom_fwd/custom_bwd``), or a
+#: relative one naming a file
+_PATH = re.compile(r"(?<![\w./-])(?:[A-Za-z]:)?/[\w.@+-]+(?:/[\w.@+-]+)*/?"
+                   r"|(?<![\w./-])[\w.@+-]+(?:/[\w.@+-]+)+\.(?:py|pyi|toml|txt|json|md|html|"
+                   r"cpp|cc|cu|h|hpp|so|yaml|yml|log|ini|cfg)\b")
 _NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
 _SPACE = re.compile(r"\s+")
 
@@ -46,9 +51,7 @@ def cause(result: dict[str, Any], limit: int = 240) -> str:
     text = _ENTRY.sub("", text)
     for name in _names(result):
         text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<op>", text)
-    dtype = result.get("amp_dtype")
-    if dtype:
-        text = re.sub(rf"\b(torch\.)?{dtype}\b", "<amp dtype>", text)
+    text = _AMP_DTYPE.sub("<amp dtype>", text)
     text = _ATEN.sub(lambda m: f"{m.group(1)}::<op>", text)
     text = _HLO.sub("%<hlo>", text)
     text = _PATH.sub("<path>", text)
@@ -57,7 +60,7 @@ def cause(result: dict[str, Any], limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def group(results: Iterable[dict[str, Any]], outcomes: tuple[str, ...] = FAILING
+def group(results: Iterable[dict[str, Any]], outcomes: tuple[str, ...] = PROBLEMS
           ) -> list[dict[str, Any]]:
     """The items of ``outcomes`` grouped by :func:`cause`: ``[{"cause", "count", "example",
     "items"}]``, largest first (then by first node id: the same order serial and under
@@ -116,19 +119,23 @@ def markdown(data: dict[str, Any], rows_shown: int = 10, items_shown: int = 3) -
     return [*lines, ""]
 
 
-def html(data: dict[str, Any], escape: Any) -> str:
-    """Failures and skips by cause, largest first: one row each, its items folded."""
-    parts = []
-    for kind, title in (("failures", "Failures by cause"), ("skips", "Skips by cause")):
-        rows = (data.get("causes") or {}).get(kind) or []
-        if not rows:
-            continue
-        body = "".join(
-            f"<tr><td class='num'>{row['count']}</td><td>{escape(row['cause'])}<details>"
-            f"<summary class='muted'>{escape(row['example'])}</summary>"
-            + "<br>".join(f"<code>{escape(n)}</code>" for n in row["items"])
-            + "</details></td></tr>" for row in rows)
-        parts.append(f"<h2 id='{kind}-by-cause'>{title}</h2><table><thead><tr><th>items</th>"
-                     f"<th>cause (op names, ids and numbers masked)</th></tr></thead>"
-                     f"<tbody>{body}</tbody></table>")
-    return "".join(parts)
+def html(data: dict[str, Any], escape: Any, kind: str = "failures") -> str:
+    """Failures (``kind="failures"``) or skips (``"skips"``) by cause, largest first: one row
+    each, its items folded. Skips come folded whole where nothing failed: a green run's
+    page opens on its results, not on 17 rows of checks that did not apply."""
+    rows = (data.get("causes") or {}).get(kind) or []
+    if not rows:
+        return ""
+    title = {"failures": "Failures by cause", "skips": "Skips by cause"}[kind]
+    body = "".join(
+        f"<tr><td class='num'>{row['count']}</td><td>{escape(row['cause'])}<details>"
+        f"<summary class='muted'>{escape(row['example'])}</summary>"
+        + "<br>".join(f"<code>{escape(n)}</code>" for n in row["items"])
+        + "</details></td></tr>" for row in rows)
+    table = (f"<table><thead><tr><th>items</th><th>cause (op names, ids and numbers "
+             f"masked)</th></tr></thead><tbody>{body}</tbody></table>")
+    if kind == "skips" and not (data.get("causes") or {}).get("failures"):
+        count = sum(r["count"] for r in rows)
+        return (f"<h2 id='{kind}-by-cause'>{title}</h2><details><summary>{count} skipped "
+                f"items in {len(rows)} causes</summary>{table}</details>")
+    return f"<h2 id='{kind}-by-cause'>{title}</h2>{table}"
