@@ -66,6 +66,26 @@ def run_warning(data: dict[str, Any]) -> str | None:
     return None
 
 
+def verdict(data: dict[str, Any]) -> tuple[bool, str]:
+    """(conforms, the sentence a report opens with): no verdict where :func:`run_warning`
+    says so, a partial one where items were not run, else whether every executed check
+    passed."""
+    s, run, device = data.get("summary") or {}, data.get("run") or {}, data.get("device")
+    warning = run_warning(data)
+    if warning:
+        return False, f"NO VERDICT on {device}: {warning.split(': ', 1)[0]}."
+    problems = sum(s.get(k, 0) for k in ("failed", "error", "xpassed"))
+    if problems:
+        return False, (f"DOES NOT CONFORM: {problems} of the executed checks on {device} "
+                       f"failed ({s.get('passed', 0)} passed).")
+    if run.get("not_run"):
+        return False, (f"PARTIAL VERDICT: every executed check on {device} passed, but "
+                       f"{not_run_note(run)}.")
+    declared = f", {s['xfailed']} declared expected failures" if s.get("xfailed") else ""
+    return True, (f"CONFORMS: every executed check on {device} passed ({s.get('passed', 0)} "
+                  f"passed{declared}, {s.get('skipped', 0)} skipped).")
+
+
 def _stops(restarts: list[dict[str, Any]]) -> list[str]:
     """One phrase per op the health probe blamed (its items counted), per other lost
     device, per crash: a backend with 40 faulty ops reads as 40 ops."""

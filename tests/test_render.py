@@ -1,0 +1,64 @@
+"""The HTML and Markdown reports (plugin/report/render.py) open on the verdict and the
+results; what did not apply comes after them, folded where nothing failed."""
+
+from __future__ import annotations
+
+from amp_conformance.plugin.report import banner, causes, render
+from amp_conformance.plugin.report import journal as report
+
+SUMMARY = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "xpassed": 0, "error": 0,
+           "not_applicable": 0, "unfinished": 0, "quarantined": 0}
+
+
+def _report(results: list[dict], **run: object) -> dict:
+    summary = dict(SUMMARY)
+    for r in results:
+        summary[r["outcome"]] += 1
+    return {"schema": report.SCHEMA, "torch": "2.13.0", "python": "3.11", "device": "cpu",
+            "fake": False, "amp_dtypes": ["bfloat16"], "numerics": "bitwise", "options": {},
+            "categories": {}, "results": results, "summary": summary,
+            "causes": causes.of_results(results),
+            "run": {"status": "completed", "executed": summary["passed"] + summary["failed"],
+                    **run}}
+
+
+def _item(n: int, outcome: str, message: str | None = None) -> dict:
+    return {"nodeid": f"s/test_x.py::test_x[{n}]", "test": "test_x", "check": "regions",
+            "param": str(n), "amp_dtype": "bfloat16", "category": None, "entry": None,
+            "op": None, "outcome": outcome, "message": message, "observed": None, "defect": None}
+
+
+GREEN = _report([_item(1, "passed"), _item(2, "skipped", "not applicable: no cuda"),
+                 _item(3, "xfailed", "known [x.txt:1]")])
+RED = _report([_item(1, "failed", "AssertionError: lost"), _item(2, "skipped", "n/a: x"),
+               _item(3, "passed")])
+
+
+def test_a_green_run_opens_on_its_verdict_and_folds_its_skips():
+    page = render.render_html(GREEN)
+    verdict = page.index('class="verdict ok"')
+    assert "CONFORMS: every executed check on cpu passed (1 passed, 1 declared expected " \
+           "failures, 1 skipped)." in page
+    assert verdict < page.index('class="cards"') < page.index('id="families"')
+    skips = page.index("id='skips-by-cause'")
+    assert page.index('id="defects"') < skips < page.index('id="run"')
+    assert "<details><summary>1 skipped items in 1 causes</summary>" in page[skips:]
+
+
+def test_a_red_run_leads_with_its_failures_and_shows_its_skips_open():
+    page = render.render_html(RED)
+    assert "DOES NOT CONFORM: 1 of the executed checks on cpu failed (1 passed)." in page
+    assert page.index('class="verdict fail"') < page.index("id='failures-by-cause'") \
+        < page.index('id="families"') < page.index("id='skips-by-cause'")
+    assert "skipped items in" not in page  # not folded: a red run's skips may explain it
+    assert render.render_markdown(RED).splitlines()[2] == (
+        "**DOES NOT CONFORM: 1 of the executed checks on cpu failed (1 passed).**")
+
+
+def test_a_run_that_is_no_verdict_says_so_first():
+    stopped = _report([_item(1, "passed")], status="interrupted", interrupted_by="SIGINT")
+    assert banner.verdict(stopped) == (False, "NO VERDICT on cpu: INCOMPLETE RUN.")
+    partial = _report([_item(1, "passed")], not_run=3)
+    conforms, sentence = banner.verdict(partial)
+    assert not conforms and sentence.startswith("PARTIAL VERDICT: every executed check on cpu "
+                                                "passed, but 3 items not run")
