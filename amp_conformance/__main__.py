@@ -23,6 +23,9 @@ COMMANDS = {
               "what changed between two conformance reports (policy, availability, messages)"),
     "matrix": ("amp_conformance.tools.matrix",
                "the torch-version matrix table of docs/versions.md from reports/<release>/"),
+    "review": ("amp_conformance.tools.review",
+               "list the departures discover left to review in an op list; accept the "
+               "device's behaviour or keep the reference's"),
     "run": ("amp_conformance.tools.run",
             "a supervised suite run: a crash, os._exit, a hang or zero executed checks is "
             "never a pass"),
@@ -31,8 +34,21 @@ COMMANDS = {
 }
 
 
+#: what ``--help`` says to a user (the module docstring speaks to contributors)
+DESCRIPTION = ("Tools around the autocast conformance suite.\nThe suite itself runs under "
+               "pytest: `pytest --pyargs amp_conformance --device DEV`.")
+EPILOG = """examples:
+  python -m amp_conformance run -- --device cpu        the suite, supervised (crashes, hangs)
+  python -m amp_conformance discover --device DEV --out DEV.toml
+  python -m amp_conformance review DEV.toml            what discover left to review
+  python -m amp_conformance coverage --device cuda --fake
+`python -m amp_conformance COMMAND --help` says more of each."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amp_conformance", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m amp_conformance", description=DESCRIPTION,
+                                     epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)

@@ -119,6 +119,40 @@ _OPTIONS = {
 }
 
 
+def value_options() -> frozenset[str]:
+    """The suite's options (aliases too) that take a value: ``--device cuda``'s ``cuda`` is
+    no test path (``python -m amp_conformance run`` reads its pytest arguments)."""
+    flags = ("store_true", "store_false")
+    names = {n for n, kw in _OPTIONS.items() if kw.get("action") not in flags}
+    return frozenset(names | {alias for alias, canonical in ALIASES.items() if canonical in names})
+
+
+#: pytest's, pytest-xdist's and pytest-timeout's options that take their value as the next
+#: argument (``-k EXPR``)
+PYTEST_VALUE_OPTIONS = frozenset({
+    "-k", "-m", "-p", "-c", "-o", "-W", "-r", "-n", "--tb", "--rootdir", "--basetemp",
+    "--confcutdir", "--junitxml", "--junit-xml", "--maxfail", "--durations", "--deselect",
+    "--ignore", "--ignore-glob", "--log-level", "--log-file", "--timeout", "--dist",
+    "--numprocesses", "--max-worker-restart", "--maxprocesses", "--import-mode",
+    "--hypothesis-profile", "--hypothesis-seed", "--override-ini", "--capture",
+})
+
+
+def positional_paths(pytest_args: list[str]) -> list[str]:
+    """The arguments pytest takes as test paths: those that are no option nor an option's
+    value (``--backend-module mybackend`` names a module, though ``./mybackend`` exists)."""
+    takes_value = PYTEST_VALUE_OPTIONS | value_options()
+    paths, value_next = [], False
+    for arg in pytest_args:
+        if value_next:
+            value_next = False
+        elif arg.startswith("-"):
+            value_next = "=" not in arg and arg in takes_value
+        else:
+            paths.append(arg)
+    return paths
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("amp-conformance", "autocast conformance suite")
     for name, kwargs in _OPTIONS.items():

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.plugin.health import DEVICE_LOST
+from amp_conformance.plugin.options import positional_paths
 from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import (
     blamed_op,
@@ -56,6 +57,7 @@ from amp_conformance.plugin.report.banner import (
 )
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
+from amp_conformance.tools import declarations
 
 DEFAULT_REPORT = "amp-conformance-report/report.json"
 INCOMPLETE = 3
@@ -120,6 +122,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="try every item, also those that call an op that lost the device "
                              "(default: such an op is quarantined: its callers are reported "
                              "not run, one restart per faulty op)")
+    parser.add_argument("--draft-declarations", metavar="DIR", default=None,
+                        help="after the run, draft DIR/capabilities.toml (the capabilities "
+                             "whose checks failed) and DIR/xfail.txt (every other failure, "
+                             "commented out) from its report, for review")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="arguments for pytest, after --, e.g. -- --device cuda")
 
@@ -149,8 +155,7 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], Path]:
     """The pytest command line of the children, less the report each writes (added by
     :func:`attempt_command`), and the run's report."""
     pytest_args = [a for a in args.pytest_args if a != "--"] if args.pytest_args else []
-    if "--pyargs" not in pytest_args and not any(Path(a).exists() for a in pytest_args
-                                                 if not a.startswith("-")):
+    if "--pyargs" not in pytest_args and not positional_paths(pytest_args):
         pytest_args = ["--pyargs", "amp_conformance", *pytest_args]  # the shipped suite
     report = _option_value(pytest_args, "--conformance-report") or args.report
     pytest_args = _without_option(pytest_args, "--conformance-report")
@@ -475,4 +480,8 @@ def run(args: argparse.Namespace) -> int:
         data["run"]["exitstatus"] = code  # the run's, not its last child's
         write_report(report, data)
     print(line, flush=True)
+    if args.draft_declarations and (data.get("run") or {}).get("status") == "completed":
+        drafted = declarations.write(data, Path(args.draft_declarations))
+        print(f"amp-conformance run: drafted {' and '.join(map(str, drafted))}: review them, "
+              "then pass --capabilities and --xfail-file", flush=True)
     return code
