@@ -19,6 +19,7 @@ from amp_conformance.checks.compile import backends, export, per_entry, regions
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
+from amp_conformance.schema.defects import registry as defect_registry
 from amp_conformance.tools.selftest import mutants_compile
 from amp_conformance.tools.selftest.catalogue import CATALOGUE
 
@@ -63,9 +64,8 @@ def test_scenario_table_is_well_formed():
         assert s.exercises and s.calls and s.graphs[0] <= s.graphs[1], s.name
         assert s.needs <= {"inner", "other", "legacy"}, s.name
         assert all(k[0] in (*backends.BITWISE, "inductor", "*") for k in s.known)
-        # an open defect cites its upstream issue; one fixed since names the release it is
-        # gone in (the bound), with the releases it was seen on
-        assert all("pytorch/pytorch#" in k[1] or (len(k) == 3 and "seen on" in k[1])
+        # each known defect is recorded, saying where it was seen
+        assert all(k[1] in defect_registry() and "seen on" in defect_registry()[k[1]].summary
                    for k in s.known), s.name
 
 
@@ -205,6 +205,7 @@ def test_device_without_compile_support_skips_the_family(pytester, tmp_path):
 def test_a_known_defect_fixed_since_applies_before_its_release_only():
     ambient = regions.by_name("ambient_changes")
     assert "dynamo's guards miss" in ambient.known_defect("eager", "2.6.0")
+    assert "compile-stale-ambient-dtype" in ambient.known_defect("eager", "2.6.0")
     assert ambient.known_defect("aot_eager", "2.6.0") is not None
     assert ambient.known_defect("eager", "2.7.1") is None
     assert ambient.known_defect("eager", "2.13.0") is None
@@ -378,3 +379,38 @@ def test_codegen_tolerance_absorbs_one_rounding_not_a_wrong_result(dtype):
         with pytest.raises(ConformanceFailure):
             backends.compare_outputs(wrong, eager, "inductor", "close", None, "c")
     assert backends.codegen_tolerance(torch.ones(2)) is None  # float32: assert_close's own
+
+
+def test_a_check_meets_no_compile_cache_of_another():
+    """PyTorch's FX graph and AOTAutograd caches outlive a dynamo reset (on disk, shared by
+    processes): a check runs with them off, so its verdict does not depend on which
+    checks ran before it (on torch 2.11 a float16 region was served a bfloat16 artifact).
+    The scenario that exercises them has its own folder."""
+    import os
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+              os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    with backends.compiling():
+        assert not inductor_config.fx_graph_cache and not functorch_config.enable_autograd_cache
+    with backends.compiling(caches=True):
+        assert inductor_config.fx_graph_cache and functorch_config.enable_autograd_cache
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        assert os.path.isdir(folder) and "amp-compile-" in folder
+    assert (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache,
+            os.environ.get("TORCHINDUCTOR_CACHE_DIR")) == before
+    assert not os.path.exists(folder)
+
+
+def test_a_fresh_compile_in_the_other_region_gets_its_own_artifact():
+    """recompiled_in_other_region: compiled afresh for each region with the caches on; on
+    torch 2.13 inductor's artifact follows the region (pytorch#181564), before it the
+    scenario is a strict xfail."""
+    scenario = regions.by_name("recompiled_in_other_region")
+    assert scenario.known_defect("inductor", "2.12.0").startswith(
+        "known PyTorch defect compile-cache-key-ignores-autocast-dtype")
+    assert scenario.known_defect("inductor", "2.13.0") is None
+    assert scenario.known_defect("aot_eager", "2.11.0") is None
+    regions.check(scenario, CPU, torch.bfloat16, "aot_eager")

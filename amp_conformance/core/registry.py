@@ -181,8 +181,9 @@ register(Check("gradscaler_sparse", "GradScaler with sparse gradients, including
 # -- torch.compile and torch.export under autocast (issue #14; checks/compile) ----------
 
 register(Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
-               "nested, decorator, legacy, graph break, exception, ambient changes) and kept "
-               "by torch.export give eager's dtypes, values and state", capability="compile"))
+               "nested, decorator, legacy, graph break, exception, ambient changes, a fresh "
+               "compile in another region) and kept by torch.export give eager's dtypes, "
+               "values and state", capability="compile"))
 register(Check("compiled_policy", "opt-in (--amp-compile BACKEND): each entry's policy check "
                "compiled agrees with eager in dtype and value", per_entry=True,
                capability="compile", opt_in="--amp-compile"))

@@ -10,6 +10,8 @@ a vendor's) may reorder arithmetic, so its results are compared with tolerances
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -132,10 +134,47 @@ def _limit_name() -> str:
     return "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
 
 
+#: PyTorch's compile caches that outlive a dynamo reset (on disk, shared by processes):
+#: (config module, flag), each where the running torch has it
+_CACHES = (("torch._inductor.config", "fx_graph_cache"),
+           ("torch._functorch.config", "enable_autograd_cache"))
+
+
 @contextlib.contextmanager
-def compiling() -> Iterator[CompileStats]:
+def _compile_caches(on: bool) -> Iterator[None]:
+    """PyTorch's compile caches off, or on in a folder of the block's own: either way no
+    artifact of another check or process can serve this one, and none is left for them."""
+    import importlib
+
+    with contextlib.ExitStack() as stack:
+        for module_name, flag in _CACHES:
+            module = importlib.import_module(module_name)
+            if hasattr(module, flag):
+                stack.enter_context(module.patch(**{flag: on}))
+        if on:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="amp-compile-"))
+            stack.enter_context(_environ("TORCHINDUCTOR_CACHE_DIR", folder))
+        yield
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def compiling(caches: bool = False) -> Iterator[CompileStats]:
     """A clean dynamo for one check: no graph or guard of an earlier check can be reused,
-    none is left behind for a later one, and recompiles are bounded. ``graphs`` is the
+    none is left behind for a later one, and recompiles are bounded; PyTorch's compile
+    caches are off (with ``caches``: on, in a folder of the block's own). ``graphs`` is the
     number of graphs compiled inside the block (0: dynamo ran nothing compiled)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -144,7 +183,8 @@ def compiling() -> Iterator[CompileStats]:
     torch._dynamo.reset()
     counters.clear()
     try:
-        with torch._dynamo.config.patch(**{_limit_name(): RECOMPILE_LIMIT}):
+        with torch._dynamo.config.patch(**{_limit_name(): RECOMPILE_LIMIT}), \
+                _compile_caches(caches):
             try:
                 yield stats
             finally:

@@ -32,7 +32,7 @@ from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
-from amp_conformance.schema.versions import release
+from amp_conformance.schema.defects import registry as defect_registry
 
 Body = Callable[[torch.Tensor], Any]
 
@@ -120,8 +120,12 @@ class Scenario:
       ``"legacy"`` (a torch.<device>.amp.autocast entry point).
     - ``graphs``: bounds on the graphs dynamo compiles over all the calls; fewer than the
       lower bound means it fell back to eager and nothing compiled was checked.
-    - ``known``: backend (``"*"``: every backend) -> a known upstream defect this
-      scenario shows; the item is a strict xfail, so a fix is noticed.
+    - ``known``: (backend or ``"*"``, the id of a defect of ``oplists/defects.toml``) for
+      each upstream defect this scenario shows; before the defect's ``fixed`` release the
+      item is a strict xfail, so a fix is noticed.
+    - ``recompile``: each call compiles the function afresh (dynamo reset in between) with
+      PyTorch's compile caches on, in a folder of the check's own: what one compile left
+      there must not serve a region it was not made for.
     """
 
     name: str
@@ -131,18 +135,16 @@ class Scenario:
     raises: type[BaseException] | None = None
     needs: frozenset[str] = frozenset({"inner"})
     graphs: tuple[int, int] = (1, 1)
-    #: known upstream defects: (backend or "*", reason[, until]) — ``until`` the first
-    #: torch release without it
-    known: tuple[tuple[str, ...], ...] = ()
+    known: tuple[tuple[str, str], ...] = ()
+    recompile: bool = False
 
     def known_defect(self, backend: str, version: str | None = None) -> str | None:
-        """The known defect this scenario shows with ``backend`` on the running torch."""
-        for known_backend, reason, *until in self.known:
-            if known_backend not in (backend, "*"):
-                continue
-            if until and release(version) >= until[0]:
-                continue
-            return reason
+        """Why this scenario fails with ``backend`` on the running torch (or ``version``):
+        the known upstream defect it shows there, or None."""
+        for known_backend, defect_id in self.known:
+            defect = defect_registry()[defect_id]
+            if known_backend in (backend, "*") and defect.applies(version):
+                return f"known PyTorch defect {defect.cite()}: {defect.summary}"
         return None
 
 
@@ -282,26 +284,6 @@ def _kernel_error(env: Env) -> Body:
 
 # -- the table ------------------------------------------------------------------------
 
-_LEAK_ON_RAISE = (
-    "known PyTorch defect (seen on torch 2.13): dynamo lowers the region to flat "
-    "_enter_autocast/_exit_autocast nodes with no try/finally; the eager backend runs them "
-    "as Python, so a kernel error between them skips the exit and leaks the region's dtype "
-    "and nesting count (then the cast cache is never cleared) — pytorch/pytorch#195488, "
-    "fix proposed in pytorch/pytorch#195654")
-_STALE_DTYPE_WHILE_OFF = (
-    "known PyTorch defect (seen on torch 2.13): dynamo's global-state guard misses a change "
-    "of the autocast dtype while autocast is off, so after torch.set_autocast_dtype the "
-    "stale graph runs: torch.get_autocast_dtype() read in compiled code is the traced "
-    "constant, and (aot_eager, inductor) torch.autocast(device) without dtype= keeps the "
-    "dtype AOTAutograd traced — the stale graph is shown in the review of "
-    "pytorch/pytorch#191110, which points at dynamo's AutocastState comparison")
-
-_STALE_AMBIENT_DTYPE = (
-    "known PyTorch defect of torch 2.6 (seen on 2.6.0, eager and aot_eager; not on 2.7.1 or "
-    "later): dynamo's guards miss a change of the ambient autocast dtype, so the function "
-    "re-called inside a region of the other dtype runs the graph traced under the first "
-    "(the other dtype's probe reads the stale one)")
-
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("inner_region", _inner, "torch.autocast(device, dtype) inside compiled code: "
              "the traced region's dtype and enabled flag"),
@@ -310,18 +292,23 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("inner_region_default_dtype", _inner_default_dtype, "torch.autocast(device) "
              "without dtype inside compiled code follows torch.set_autocast_dtype",
              calls=(DEFAULT_AMP, DEFAULT_OTHER), needs=frozenset({"inner", "other"}),
-             graphs=(1, 2), known=(("*", _STALE_DTYPE_WHILE_OFF),)),
+             graphs=(1, 2), known=(("*", "compile-stale-dtype-while-disabled"),)),
     Scenario("outer_region", _plain, "a compiled function called inside a region",
              calls=(AMP,), needs=frozenset()),
     Scenario("ambient_changes", _plain, "the same compiled function re-called as the ambient "
              "state changes: guards must see every change", calls=(
                  NO_REGION, AMP, OTHER, DISABLED_SAME, AMP, NO_REGION),
              needs=frozenset({"other"}), graphs=(3, 4),
-             known=(("*", _STALE_AMBIENT_DTYPE, "2.7"),)),
+             known=(("*", "compile-stale-ambient-dtype"),)),
+    Scenario("recompiled_in_other_region", _plain, "the same function compiled afresh inside "
+             "a region of the other dtype, PyTorch's compile caches on: a cached artifact "
+             "serves only the region it was made for", calls=(AMP, OTHER), needs=frozenset(
+                 {"other"}), graphs=(2, 2), recompile=True,
+             known=(("inductor", "compile-cache-key-ignores-autocast-dtype"),)),
     Scenario("dtype_change_while_disabled", _plain, "re-called after torch.set_autocast_dtype "
              "while autocast is off: code reading the autocast dtype must see the change",
              calls=(DEFAULT_AMP, DEFAULT_OTHER), needs=frozenset({"other"}), graphs=(1, 2),
-             known=(("*", _STALE_DTYPE_WHILE_OFF),)),
+             known=(("*", "compile-stale-dtype-while-disabled"),)),
     Scenario("inner_region_under_ambient", _inner, "the compiled region wins over the "
              "ambient state it is called in", calls=(NO_REGION, OTHER, DISABLED),
              needs=frozenset({"inner", "other"}), graphs=(1, 3)),
@@ -340,7 +327,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("error_at_graph_break", _error_at_graph_break, "an exception raised by eager "
              "code at a graph break inside a region", raises=KeyError),
     Scenario("kernel_error", _kernel_error, "an exception raised by a kernel inside a traced "
-             "region", raises=KernelError, known=(("eager", _LEAK_ON_RAISE),)),
+             "region", raises=KernelError, known=(("eager", "compile-region-leaks-on-raise"),)),
 )
 
 
@@ -464,9 +451,12 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
     with target.tensors():
         x = _input(target)
         body = scenario.build(env)
-        with backends.compiling() as stats:
+        with backends.compiling(caches=scenario.recompile) as stats:
             compiled = torch.compile(body, backend=backend, dynamic=False)
             for i, ambient in enumerate(scenario.calls, 1):
+                if scenario.recompile and i > 1:  # a fresh compile; the caches stay
+                    torch._dynamo.reset()
+                    compiled = torch.compile(body, backend=backend, dynamic=False)
                 eager = _call(body, x, ambient, env)
                 problems = _compare_call(eager, _call(compiled, x, ambient, env), scenario,
                                          numerics, target, backend)
