@@ -5,10 +5,14 @@ import functools
 import pytest
 from _pytest import pytester as _pytester
 
+#: torch, the modules it imports lazily and keys caches on (sympy, mpmath), and Triton
+#: (a CUDA build's inductor imports it): its extension registers submodules
+#: (triton._C.libtriton.linear_layout) that a second import cannot make again
+KEPT_MODULES = ("torch", "sympy", "mpmath", "triton")
+
 
 def _is_torch_module(name: str) -> bool:
-    """torch and the modules it imports lazily and keys caches on (sympy, mpmath)."""
-    return any(name == top or name.startswith(top + ".") for top in ("torch", "sympy", "mpmath"))
+    return any(name == top or name.startswith(top + ".") for top in KEPT_MODULES)
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +25,15 @@ def _keep_torch_modules_across_inline_runs(monkeypatch):
         original(self, lambda name: _is_torch_module(name) or bool(preserve and preserve(name)))
 
     monkeypatch.setattr(_pytester.SysModulesSnapshot, "__init__", init)
+
+
+@pytest.fixture
+def expecttest_installed() -> None:
+    """For a test of the OpInfo tier, which imports PyTorch's op_db and so expecttest (a dev
+    extra: a machine with the suite alone, a GPU host's image, may lack it): skipped
+    without it."""
+    pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install "
+                                             "-e '.[dev]')")
 
 
 # -- devices absent here -----------------------------------------------------------------

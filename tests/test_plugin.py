@@ -34,7 +34,7 @@ def test_xdist_runs_the_same_items(pytester):
     assert len(_ids(serial.outlines)) > 400
 
 
-def test_a_clean_run_warns_of_nothing_in_the_suite(pytester):
+def test_a_clean_run_warns_of_nothing_in_the_suite(pytester, expecttest_installed):
     """Every plugin module is imported by pytest itself (``pytest_plugins``), before any
     other module imports it, so pytest can rewrite it: no "Module already imported"."""
     result = pytester.runpytest_subprocess(*SUITE, "--collect-only", "-q", "--amp-opinfo")

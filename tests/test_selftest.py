@@ -313,7 +313,8 @@ BEYOND_TWO_SAMPLES = ("opinfo-conv2d-ignores-groups", "opinfo-mse-loss-drops-red
 
 
 @pytest.mark.parametrize("name", BEYOND_TWO_SAMPLES)
-def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, monkeypatch, name):
+def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, monkeypatch, name,
+                                                                     expecttest_installed):
     """The first two samples of the op pass the mutant; the default draw (every argument
     form) fails it, naming the op and a sample past the second."""
     mutant = CATALOGUE[name]
