@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from amp_conformance.plugin import processes
+from amp_conformance.plugin import items, processes
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_oplist", "-k",
          "bfloat16 and torch_16 and test_policy and (mm or bmm)", "-p", "no:cacheprovider")
@@ -130,7 +130,7 @@ def test_the_xdist_controller_freezes_at_its_first_conformance_report(exit_hooks
     controller = processes._ControllerHeap(config)
     controller.pytest_runtest_logreport(SimpleNamespace(user_properties=[("other", 1)]))
     assert processes.gc.calls == []
-    conformance = SimpleNamespace(user_properties=[(processes.ITEM_PROPERTY, {})])
+    conformance = SimpleNamespace(user_properties=[(items.ITEM_PROPERTY, {"check": "policy"})])
     controller.pytest_runtest_logreport(conformance)
     controller.pytest_runtest_logreport(conformance)
     assert processes.gc.calls == ["freeze"]

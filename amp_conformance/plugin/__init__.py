@@ -17,17 +17,18 @@ from amp_conformance.core import dispatch
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
+from amp_conformance.plugin.items import is_conformance
 from amp_conformance.plugin.options import Settings
 from amp_conformance.properties import profiles
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
-pytest_plugins = (
+pytest_plugins = (  # each before the modules that import it, so pytest rewrites it
     "amp_conformance.plugin.vendor",
     "amp_conformance.plugin.verdict",
-    "amp_conformance.properties.statistics",
-    "amp_conformance.plugin.quarantine",  # before health, which imports it
-    "amp_conformance.plugin.health",
     "amp_conformance.plugin.report.collect",
+    "amp_conformance.properties.statistics",
+    "amp_conformance.plugin.quarantine",
+    "amp_conformance.plugin.health",
     "amp_conformance.plugin.outcomes",
     "amp_conformance.plugin.processes",
     "amp_conformance.plugin.distribution",
@@ -144,7 +145,7 @@ def _amp_isolation(request: pytest.FixtureRequest):
     autocast on, a dtype switched inside a region and never put back) errors at teardown,
     naming what leaked, so the leak is pinned on the item that made it, not found later.
     """
-    if request.node.get_closest_marker("amp_check") is None:
+    if not is_conformance(request.node):
         yield
         return
     device = settings(request.config).device

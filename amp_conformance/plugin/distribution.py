@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from amp_conformance.plugin.vendor import has_conformance_items
+from amp_conformance.plugin.items import has_conformance_items
 from amp_conformance.plugin.xdist_roles import is_worker, scheduler
 
 #: the xdist schedulers that hand out items in collection order, item by item

@@ -36,8 +36,10 @@ import torch
 
 from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin import quarantine, vendor
+from amp_conformance.plugin.items import LOST_PROPERTY, has_conformance_items, is_conformance
 from amp_conformance.plugin.report.banner import headline
 from amp_conformance.plugin.session_settings import settings
+from amp_conformance.plugin.verdict import DEVICE_LOST
 from amp_conformance.plugin.xdist_roles import (
     DIST_KEY,
     is_worker,
@@ -46,10 +48,6 @@ from amp_conformance.plugin.xdist_roles import (
     worker_input,
 )
 
-#: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
-DEVICE_LOST = 6
-#: the user property of the report of the item during which the device was lost
-LOST_PROPERTY = "amp_device_lost"
 #: how the stop message starts (pytest's Failed, an xdist controller's Interrupted)
 STOP = "amp-conformance: DEVICE LOST"
 HOOK = "pytest_amp_conformance_device_health"
@@ -250,7 +248,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if is_xdist_controller(config) or config.option.collectonly:
         return
     found = wanted(config)
-    if found is None or not vendor.has_conformance_items(session.items):
+    if found is None or not has_conformance_items(session.items):
         return
     config.pluginmanager.register(Watch(start(*found)), WATCH)
     if not is_worker(config):
@@ -303,7 +301,7 @@ class Watch:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         ran = report.when == "call" or (report.when == "setup" and report.failed)
-        if ran and item.get_closest_marker("amp_check") is not None:
+        if ran and is_conformance(item):
             reason = self.health.loss(_failure(call))
             if reason is not None:
                 self._lost(item, report, reason)
@@ -335,7 +333,8 @@ class Watch:
 
 class Observer:
     """Registered where the session's reports arrive (the xdist controller included):
-    records the losses, sets the exit status and says how many items were not run."""
+    records the losses (plugin.verdict makes the exit status of them) and says how many
+    items were not run."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -362,11 +361,6 @@ class Observer:
         "crashed while running" report is made an empty teardown, counted nowhere."""
         if any(x["nodeid"] == crashitem and x.get("replaced") for x in lost(self.config)):
             report.outcome, report.when, report.longrepr = "passed", "teardown", None
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if lost(self.config):
-            session.exitstatus = DEVICE_LOST
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         not_run = max(0, (self.selected or 0) - self.started)

@@ -44,8 +44,7 @@ import sys
 import pytest
 import torch
 
-from amp_conformance.plugin.report.collect import ITEM_PROPERTY
-from amp_conformance.plugin.vendor import has_conformance_items
+from amp_conformance.plugin.items import has_conformance_items, info_of
 from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
 #: environment variables with which a user sizes torch's intra-op pool themselves
@@ -123,8 +122,7 @@ class _ControllerHeap:
         self.config = config
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if (not self.config.stash.get(_CONFORMANCE, False)
-                and ITEM_PROPERTY in dict(report.user_properties)):
+        if not self.config.stash.get(_CONFORMANCE, False) and info_of(report) is not None:
             _freeze(self.config)
 
 

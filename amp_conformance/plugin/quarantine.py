@@ -7,7 +7,8 @@ starts; an xdist controller makes one for its workers). Wherever items run, the 
 file are guarded before each item (:mod:`amp_conformance.core.quarantine`): an item that calls
 one stops before it reaches the device and is reported **not run: aten::baddbmm loses the
 device** (``Q``, "quarantined"), never passed or failed; every other item runs. A run with
-quarantined items is no full verdict: it exits non-zero and the report says so.
+quarantined items is no full verdict: it exits non-zero (:mod:`amp_conformance.plugin.verdict`)
+and the report says so.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import pytest
 
 from amp_conformance.core import quarantine
 from amp_conformance.plugin.report.banner import blamed_op
+from amp_conformance.plugin.report.collect import tally
+from amp_conformance.plugin.report.journal import quarantined
 from amp_conformance.plugin.session_settings import settings
-from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
+from amp_conformance.plugin.xdist_roles import is_xdist_controller, worker_input
 
 #: the user property of the report of an item that called a quarantined op
 PROPERTY = "amp_quarantined"
@@ -125,38 +128,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.pluginmanager.register(Guard(session.config, path), "amp-conformance-guard")
 
 
-class Tally:
-    """Registered where the reports arrive (the xdist controller included): the items not
-    run for a quarantined op, by op; a run with any is no pass."""
-
-    def __init__(self) -> None:
-        self.by_op: dict[str, list[str]] = {}
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        for name, ops in getattr(report, "user_properties", ()):
-            if name == PROPERTY:
-                for op in ops:
-                    self.by_op.setdefault(op, []).append(report.nodeid)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.by_op and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a partial verdict is no pass
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.by_op:
-            items = len({n for nodes in self.by_op.values() for n in nodes})
-            terminalreporter.write_sep("!", f"amp-conformance: PARTIAL VERDICT: {items} items not "
-                                            "run, quarantined: " + "; ".join(
-                                                f"{op} loses the device ({len(n)} items)"
-                                                for op, n in self.by_op.items()),
-                                       red=True, bold=True)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not is_worker(session.config):
-        session.config.pluginmanager.register(Tally(), "amp-conformance-quarantine-tally")
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    acc = tally(config)
+    by_op = quarantined(acc) if acc is not None else {}
+    if by_op:
+        items = len({n for nodes in by_op.values() for n in nodes})
+        terminalreporter.write_sep("!", f"amp-conformance: PARTIAL VERDICT: {items} items not "
+                                        "run, quarantined: " + "; ".join(
+                                            f"{op} loses the device ({len(n)} items)"
+                                            for op, n in by_op.items()), red=True, bold=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

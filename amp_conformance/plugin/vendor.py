@@ -37,6 +37,7 @@ import pytest
 from amp_conformance.checks import registry
 from amp_conformance.core import devices
 from amp_conformance.core.errors import describe_error
+from amp_conformance.plugin.items import check_of
 from amp_conformance.plugin.options import Settings
 
 #: capability -> (type, default, what turning it off means)
@@ -398,17 +399,6 @@ def apply(config: pytest.Config, settings: Settings) -> Settings:
 
 
 # -- collection ----------------------------------------------------------------------
-
-
-def check_of(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("amp_check")
-    return marker.args[0] if marker is not None and marker.args else None
-
-
-def has_conformance_items(items: list[pytest.Item]) -> bool:
-    """Whether a run collected conformance items: the plugin is loaded in every project that
-    installs the package, and leaves other test suites' runs as they are."""
-    return any(item.get_closest_marker("amp_check") for item in items)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,43 +1,107 @@
-"""A run must not read as a pass by accident.
+"""The exit status of a run, decided here and nowhere else, by ordered rules.
 
-- **Nothing executed.** A run whose conformance items were all skipped or deselected
-  proves nothing about the device; it ends with exit status 5 (pytest's "no tests ran")
-  and says so loudly, unless ``--amp-allow-empty`` asks for exit 0 (for a deliberately
-  narrow selection).
-- **SIGTERM.** pytest does not handle it: the process would die without a summary or a
-  report. Here it becomes an interruption (as Ctrl-C is), so the report is written and
-  says the run was interrupted by SIGTERM.
-- **A lost device** (:mod:`amp_conformance.plugin.health`) stops the session with exit
-  status 6; under pytest-xdist the controller's stop is then no interruption.
+The facts come from the run's one tally (:func:`amp_conformance.plugin.report.collect.tally`:
+every conformance item's outcome, as the report counts it) and from pytest's own status;
+the first rule that holds decides:
 
-Crashes, ``os._exit`` and hangs cannot be seen from inside the process that dies: see
-``python -m amp_conformance run`` (:mod:`amp_conformance.tools.run`).
+1. **A lost device** (:mod:`amp_conformance.plugin.health`): exit status 6, whatever else
+   happened (under pytest-xdist the controller's stop reads as an interruption).
+2. **pytest's own usage error, interruption or internal error**: as pytest says.
+3. **An opt-in tier that ran nothing** (:func:`amp_conformance.plugin.outcomes.setup_errors`:
+   every item skipped): a setup error, exit status 4, where pytest would say 0 or 5.
+4. **Failures**: pytest's 1.
+5. **Items not run for a quarantined op** (:mod:`amp_conformance.plugin.quarantine`): a
+   partial verdict is no pass: 1.
+6. **Nothing executed**: conformance items were selected and not one ran: 5 (pytest's "no
+   tests ran"), unless ``--amp-allow-empty`` (a deliberately narrow selection).
+7. Otherwise 0.
+
+It also turns SIGTERM, which pytest does not handle, into an interruption (as Ctrl-C is),
+so the report is written and says the run was interrupted by SIGTERM. Crashes,
+``os._exit`` and hangs cannot be seen from inside the process that dies: see ``python -m
+amp_conformance run`` (:mod:`amp_conformance.tools.run`).
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from amp_conformance.plugin.xdist_roles import is_worker
 
-MARKER = "amp_check"
-_EXECUTED = pytest.StashKey[int]()
-_SEEN = pytest.StashKey[int]()
+#: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
+DEVICE_LOST = 6
 _INTERRUPTED_BY = pytest.StashKey[str]()
 _PREVIOUS_HANDLER = pytest.StashKey[Any]()
-
-
+_SETUP_ERRORS = pytest.StashKey[list]()
 #: the config of the running session, for hooks pytest calls without one
 _CONFIG: dict[str, pytest.Config] = {}
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the rules read: the run's device losses, setup errors, quarantined items and
+    whether any conformance item executed."""
+
+    lost: bool = False
+    setup_errors: tuple[str, ...] = ()
+    quarantined: bool = False
+    nothing_executed: bool = False
+
+
+def exit_status(status: int, facts: Facts) -> int:
+    """The run's exit status from pytest's ``status`` and the run's facts (the rules above)."""
+    ok, empty = pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED
+    if facts.lost:
+        return DEVICE_LOST
+    if facts.setup_errors and status in (ok, empty):
+        return pytest.ExitCode.USAGE_ERROR
+    if status != ok:
+        return status
+    if facts.quarantined:
+        return pytest.ExitCode.TESTS_FAILED
+    if facts.nothing_executed:
+        return empty
+    return ok
+
+
+def facts(config: pytest.Config) -> Facts:
+    """The facts of this process's run, from its tally (nothing on an xdist worker)."""
+    from amp_conformance.plugin import outcomes
+    from amp_conformance.plugin.report.collect import tally
+    from amp_conformance.plugin.report.journal import quarantined
+
+    acc = tally(config)
+    if acc is None:
+        return Facts()
+    allow_empty = config.getoption("amp_allow_empty", False)
+    rows = outcomes.rows(config)
+    return Facts(lost=bool(acc.lost),
+                 setup_errors=() if allow_empty else tuple(outcomes.setup_errors(rows)),
+                 quarantined=bool(quarantined(acc)),
+                 nothing_executed=not allow_empty and nothing_executed(rows))
+
+
+def nothing_executed(rows: list[dict[str, Any]]) -> bool:
+    """Conformance items were selected, and not one of them ran."""
+    return bool(rows) and all(r["outcome"] in ("skipped", "not run") for r in rows)
+
+
+def setup_errors(config: pytest.Config) -> list[str]:
+    """The opt-in tiers that ran nothing, as decided at the session's end."""
+    return config.stash.get(_SETUP_ERRORS, [])
+
+
+def interrupted_by(config: pytest.Config) -> str | None:
+    """What interrupted the run: "SIGTERM", "KeyboardInterrupt" (Ctrl-C), or None."""
+    return config.stash.get(_INTERRUPTED_BY, None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _CONFIG["config"] = config
-    config.stash[_EXECUTED] = 0
-    config.stash[_SEEN] = 0
     if not is_worker(config) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_sigterm(signum: int, frame: Any) -> None:
             config.stash[_INTERRUPTED_BY] = "SIGTERM"
@@ -53,13 +117,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def interrupted_by(config: pytest.Config) -> str | None:
-    """What interrupted the run: "SIGTERM", "KeyboardInterrupt" (Ctrl-C), or None."""
-    return config.stash.get(_INTERRUPTED_BY, None)
-
-
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
-    from amp_conformance.plugin.health import is_loss_stop  # imported by pytest_plugins first
+    from amp_conformance.plugin.health import is_loss_stop
 
     config = _CONFIG.get("config")
     if config is not None and _INTERRUPTED_BY not in config.stash and not is_loss_stop(
@@ -67,47 +126,27 @@ def pytest_keyboard_interrupt(excinfo: Any) -> None:
         config.stash[_INTERRUPTED_BY] = "KeyboardInterrupt"
 
 
-class Counter:
-    """Counts conformance items seen and executed, on the process that runs the session."""
-
-    def __init__(self, config: pytest.Config):
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        if MARKER not in getattr(report, "keywords", {}):
-            return
-        stash = self.config.stash
-        if report.when == "setup":
-            stash[_SEEN] += 1
-        ran = (report.when == "call" and not report.skipped) or (
-            report.when == "setup" and report.failed)
-        if ran:
-            stash[_EXECUTED] += 1
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not is_worker(session.config):
-        session.config.pluginmanager.register(Counter(session.config), "amp-conformance-verdict")
-
-
-def nothing_executed(config: pytest.Config) -> bool:
-    """Conformance items were selected, and not one of them ran."""
-    return config.stash.get(_SEEN, 0) > 0 and config.stash.get(_EXECUTED, 0) == 0
-
-
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The one place the exit status is set (before the report writes it down)."""
     config = session.config
-    if is_worker(config) or config.getoption("amp_allow_empty", False):
+    if is_worker(config):
         return
-    if session.exitstatus == pytest.ExitCode.OK and nothing_executed(config):
-        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+    found = facts(config)
+    config.stash[_SETUP_ERRORS] = list(found.setup_errors)
+    session.exitstatus = exit_status(session.exitstatus, found)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not is_worker(config) and nothing_executed(config):
-        seen = config.stash.get(_SEEN, 0)
+    if is_worker(config):
+        return
+    from amp_conformance.plugin import outcomes
+
+    rows = outcomes.rows(config)
+    if nothing_executed(rows):
         terminalreporter.write_sep(
-            "!", f"amp-conformance: no conformance check executed ({seen} selected, all "
+            "!", f"amp-conformance: no conformance check executed ({len(rows)} selected, all "
                  "skipped): this run proves nothing about the device", red=True, bold=True)
+    for error in setup_errors(config):
+        terminalreporter.write_sep("!", f"amp-conformance: SETUP ERROR: {error}", red=True,
+                                   bold=True)

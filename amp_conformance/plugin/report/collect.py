@@ -1,5 +1,6 @@
-"""``--conformance-report PATH.json``: the run as data (docs/report-schema.md), plus a
-self-contained HTML page (PATH.html) and a Markdown summary (PATH.md) beside it.
+"""The run's one tally, and ``--conformance-report PATH.json``: the run as data
+(docs/report-schema.md), plus a self-contained HTML page (PATH.html) and a Markdown
+summary (PATH.md) beside it.
 
 Reports are gathered where the session runs its loop — the only process under
 pytest-xdist that sees every report is the controller, which collects nothing itself. So
@@ -8,6 +9,11 @@ each item carries it as a user property (``amp_item``) set at collection on whic
 process collects, and pytest-xdist ships ``user_properties`` with every report. Outcomes
 are classified by pytest's own ``pytest_report_teststatus``, so the summary counts equal
 the ones pytest prints.
+
+The :class:`Collector` there feeds every conformance item's events to one
+:class:`~amp_conformance.plugin.report.journal.Accumulator`, report or not: the exit status
+(:mod:`amp_conformance.plugin.verdict`), the failures by cause, the quarantine's and the
+lost device's summary lines read it (:func:`tally`), and the report is built from it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ import torch
 
 from amp_conformance.core import devices
 from amp_conformance.plugin import verdict
-from amp_conformance.plugin.health import LOST_PROPERTY
+from amp_conformance.plugin.items import (
+    DEFECT_PROPERTY,
+    ITEM_PROPERTY,
+    LOST_PROPERTY,
+    OBSERVED_PROPERTY,
+    OPINFO_PROPERTY,
+    check_of,
+    info_of,
+    is_conformance,
+)
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import (
     Accumulator,
@@ -31,17 +46,9 @@ from amp_conformance.plugin.report.journal import (
 )
 from amp_conformance.plugin.report.paths import validate_report_path
 from amp_conformance.plugin.session_settings import settings
-from amp_conformance.plugin.vendor import check_of, declarations
+from amp_conformance.plugin.vendor import declarations
 from amp_conformance.plugin.xdist_roles import is_worker
 
-ITEM_PROPERTY = "amp_item"
-#: the opt-in tiers that ran nothing (plugin.outcomes fills it at the session's end)
-SETUP_ERRORS = pytest.StashKey[list]()
-OBSERVED_PROPERTY = "amp_observed"
-#: an item's reference-defect verdict (amp_conformance.checks.defects.PROPERTY)
-DEFECT_PROPERTY = "amp_defect"
-#: an OpInfo-tier item's summary (amp_conformance.checks.opinfo.check.PROPERTY)
-OPINFO_PROPERTY = "amp_opinfo"
 #: an xdist worker's count of deselected items, in its ``workeroutput``
 WORKER_DESELECTED = "amp_deselected"
 
@@ -59,10 +66,20 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     return None
 
 
+COLLECTOR = "amp-conformance-collector"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    path = _requested(config)
-    if path and not is_worker(config):
-        config.pluginmanager.register(ReportWriter(config, Path(path)), "amp-conformance-report")
+    if not is_worker(config):  # the process the reports arrive at
+        path = _requested(config)
+        config.pluginmanager.register(Collector(config, Path(path) if path else None), COLLECTOR)
+
+
+def tally(config: pytest.Config) -> Accumulator | None:
+    """The run's tally: every conformance item's outcome as the report counts it (None on
+    an xdist worker, which only sends its reports on)."""
+    collector = config.pluginmanager.get_plugin(COLLECTOR)
+    return collector.acc if isinstance(collector, Collector) else None
 
 
 def package_nodeid(item: pytest.Item) -> str:
@@ -107,14 +124,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     plugin.outcomes (failures by cause, opt-in tiers) with or without one."""
     every = bool(_requested(config))
     for item in items:
-        if every or item.get_closest_marker("amp_check") is not None:
+        if every or is_conformance(item):
             item.user_properties.append((ITEM_PROPERTY, item_info(item)))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_deselected(items: list[pytest.Item]) -> None:
     """On an xdist worker: count the items ``-k``/``-m``/``--amp-resume`` deselected, for the
-    controller, which never sees a worker's deselection (:meth:`ReportWriter.pytest_testnodedown`)."""
+    controller, which never sees a worker's deselection (:meth:`Collector.pytest_testnodedown`)."""
     config = items[0].config if items else None
     output = getattr(config, "workeroutput", None)
     if output is not None:
@@ -142,15 +159,17 @@ def message_of(report: Any, category: str) -> str | None:
     return None
 
 
-class ReportWriter:
-    """Registered on the process that runs the session (the xdist controller included).
+class Collector:
+    """Registered on the process the reports arrive at (the xdist controller included):
+    the run's tally, and with a report path its journal and files.
 
     Every event goes to the journal first, then into the live accumulator; the files are
     written at the session's start (status "running": a crash leaves that, never an older
-    run's report) and at its end (completed, or interrupted and by what).
+    run's report) and at its end (completed, or interrupted and by what). Without a report
+    only the conformance items' reports are tallied.
     """
 
-    def __init__(self, config: pytest.Config, path: Path):
+    def __init__(self, config: pytest.Config, path: Path | None):
         self.config = config
         self.path = path
         self.acc = Accumulator()
@@ -190,6 +209,8 @@ class ReportWriter:
         }
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.path is None:
+            return
         for stale in report_paths(self.path):
             stale.unlink(missing_ok=True)
         self.journal = Journal(journal_path(self.path))
@@ -225,10 +246,11 @@ class ReportWriter:
         self._event({"event": "finish", "nodeid": nodeid})
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        self._event(self._report_event(report, self._category(report)))
+        if self.path is not None or info_of(report) is not None:
+            self._event(self._report_event(report, self._category(report)))
 
     def pytest_collectreport(self, report: Any) -> None:
-        if report.passed:
+        if report.passed or self.path is None:
             return
         category = "error" if report.failed else "skipped"
         if report.nodeid in self.acc.records:
@@ -249,16 +271,17 @@ class ReportWriter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        interrupted = verdict.interrupted_by(self.config)
-        # session.exitstatus: what the run returns, after health.py's DEVICE_LOST
+        # session.exitstatus: what the run returns, as plugin.verdict decided it
         self._event({"event": "end", "exitstatus": int(session.exitstatus),
-                     "interrupted_by": interrupted,
-                     "setup_errors": self.config.stash.get(SETUP_ERRORS, [])})
+                     "interrupted_by": verdict.interrupted_by(self.config),
+                     "setup_errors": verdict.setup_errors(self.config)})
         if self.journal is not None:
             self.journal.close()
-        self._write(build_report(self.acc))
+        if self.path is not None:
+            self._write(build_report(self.acc))
 
     def _write(self, data: dict[str, Any]) -> None:
+        assert self.path is not None
         self.written = write_report(self.path, data)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
