@@ -27,9 +27,13 @@ import json
 import os
 import shutil
 import time
+import tomllib
 from pathlib import Path
 
 import nox
+
+#: the checkout: integrations are found under its examples/ wherever nox runs from
+HERE = Path(__file__).resolve().parent
 
 #: Every torch release the suite supports, oldest first (README "Supported torch versions").
 TORCH_RELEASES = ["2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
@@ -149,41 +153,54 @@ def drift(session: nox.Session) -> None:
                     f"reports/{b}/cpu.json", success_codes=[0, 1])
 
 
-#: The libraries whose autocast wrappers the wrapper tier checks (docs/wrappers.md): session
-#: id -> (pip requirements after torch, declaration module in examples/wrappers/). Each is
+# -- integrations: folders under examples/ that describe themselves ----------------------
+
+#: what an integration.toml holds, per kind: required keys, then optional ones (a library's
+#: folder under examples/wrappers/, a backend's under examples/vendors/)
+INTEGRATION_KEYS = {
+    "wrappers": ({"requirements", "torch", "declaration"}, {"xfail"}),
+}
+
+
+def integrations(kind: str, root: Path = HERE) -> dict[str, dict]:
+    """Every ``examples/<kind>/<name>/integration.toml`` of ``root``, by folder name, so that
+    adding a library or a backend is one folder and no edit here. Each spec gains
+    ``folder`` (``examples/<kind>/<name>``, relative to the checkout); a missing or unknown
+    key fails here, naming the file, rather than halfway through a session."""
+    required, optional = INTEGRATION_KEYS[kind]
+    found = {}
+    for path in sorted((root / "examples" / kind).glob("*/integration.toml")):
+        with path.open("rb") as f:
+            spec = tomllib.load(f)
+        where = path.relative_to(root)
+        if required - set(spec) or set(spec) - required - optional:
+            raise ValueError(f"{where}: missing {sorted(required - set(spec))}, unknown "
+                             f"{sorted(set(spec) - required - optional)}")
+        spec["folder"] = where.parent.as_posix()
+        found[path.parent.name] = spec
+    return found
+
+
+#: The libraries whose autocast wrappers the wrapper tier checks (docs/wrappers.md): one
+#: folder each under examples/wrappers/ (its integration.toml: pip requirements after torch,
+#: the torch it runs, its declaration ``module:NAME``, its expected failures). Each is
 #: installed from the package registry into its own virtualenv: never part of the default
 #: sessions, the matrix or .ci/run.
-WRAPPER_LIBRARIES = {
-    "open_clip": (["open_clip_torch"], "open_clip_decl"),
-    # speechbrain imports torchaudio on import: the torchaudio of the same torch release
-    # (torchaudio==<major.minor>.*), or the session records the library as blocked
-    "speechbrain": (["speechbrain", "torchaudio"], "speechbrain_decl"),
-    "accelerate": (["accelerate"], "accelerate_decl"),
-    "lightning": (["lightning"], "lightning_decl"),
-    "mmengine": (["mmengine"], "mmengine_decl"),
-    # ultralytics needs torchvision: the torchvision of torch's release, from the registry
-    "ultralytics": (["ultralytics"], "ultralytics_decl"),
-}
-WRAPPERS_TORCH = "2.13.0"
-#: a library that needs another torch: speechbrain imports torchaudio, whose newest release
-#: on the registry is 2.11 (none for 2.13), so its session runs torch 2.11.0 (a CUDA build
-#: from the registry, about 5 GB, run on the CPU)
-WRAPPER_TORCH = {"speechbrain": "2.11.0"}
-#: expected failures of a library's departures, observed (docs/wrappers.md), strict
-WRAPPER_XFAILS = {"accelerate": "examples/wrappers/accelerate.xfail"}
+WRAPPER_LIBRARIES = integrations("wrappers")
 WRAPPER_REPORTS = Path("reports") / "wrappers"
 #: what the session writes beside the tier's report (amp_conformance/tools/wrappers_table.py)
 WRAPPER_META = """import importlib, json, sys, torch
-decl = importlib.import_module(sys.argv[1])
-first = decl.WRAPPERS[0]
+module, _, name = sys.argv[1].partition(":")
+wrappers = getattr(importlib.import_module(module), name)
+first = wrappers[0]
 json.dump({"library": first.library, "version": first.version, "torch": torch.__version__,
-           "wrappers": [w.name for w in decl.WRAPPERS]}, open(sys.argv[2], "w"), indent=1)
+           "wrappers": [w.name for w in wrappers]}, open(sys.argv[2], "w"), indent=1)
 """
 
 
 def wrapper_torch(library: str) -> str:
-    """The torch release one library's session runs."""
-    return WRAPPER_TORCH.get(library, WRAPPERS_TORCH)
+    """The torch release one library's session runs (its integration.toml's pin)."""
+    return WRAPPER_LIBRARIES[library]["torch"]
 
 
 def wrapper_requirements(library: str, torch: str | None = None) -> list[str]:
@@ -192,17 +209,22 @@ def wrapper_requirements(library: str, torch: str | None = None) -> list[str]:
     torch = torch or wrapper_torch(library)
     release = ".".join(torch.split(".")[:2])
     pins = {"torchaudio": f"torchaudio=={release}.*"}
-    return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library][0]] + [f"torch=={torch}"]
+    return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library]["requirements"]] + [f"torch=={torch}"]
+
+
+def wrapper_pythonpath(library: str) -> str:
+    """The library's folder (its declaration module) and examples/wrappers (shared helpers)."""
+    folder = HERE / WRAPPER_LIBRARIES[library]["folder"]
+    return os.pathsep.join([str(folder), str(folder.parent)])
 
 
 def wrapper_command(library: str) -> list[str]:
-    """The wrapper tier's pytest command for one library (examples/wrappers on PYTHONPATH)."""
-    decl = WRAPPER_LIBRARIES[library][1]
+    """The wrapper tier's pytest command for one library (its folder on PYTHONPATH)."""
+    spec = WRAPPER_LIBRARIES[library]
+    xfail = [f"--xfail-file={spec['folder']}/{spec['xfail']}"] if "xfail" in spec else []
     return ["pytest", "--pyargs", "amp_conformance", "--device", "cpu", "--wrapper",
-            f"{decl}:WRAPPERS", "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
-            "-k", "wrapper", "-p", "no:cacheprovider",
-            *([f"--xfail-file={WRAPPER_XFAILS[library]}"]
-              if library in WRAPPER_XFAILS else [])]
+            spec["declaration"], "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
+            "-k", "wrapper", "-p", "no:cacheprovider", *xfail]
 
 
 @nox.session(tags=["wrappers"])
@@ -229,13 +251,14 @@ def wrappers(session: nox.Session, library: str) -> None:
         session.install(*wrapper_requirements(library))
     except nox.command.CommandFailed:
         block(f"pip could not install {' '.join(wrapper_requirements(library))}")
-    env = {"PYTHONPATH": str(Path("examples/wrappers").resolve())}
-    decl = WRAPPER_LIBRARIES[library][1]
+    env = {"PYTHONPATH": wrapper_pythonpath(library)}
+    spec = WRAPPER_LIBRARIES[library]
     meta = str(WRAPPER_REPORTS / f"{library}.meta.json")
     try:
-        session.run("python", "-c", WRAPPER_META, decl, meta, env=env)
+        session.run("python", "-c", WRAPPER_META, spec["declaration"], meta, env=env)
     except nox.command.CommandFailed:
-        block(f"examples/wrappers/{decl}.py does not import (see the session's log)")
+        module = spec["declaration"].partition(":")[0]
+        block(f"{spec['folder']}/{module}.py does not import (see the session's log)")
     session.run(*wrapper_command(library), *session.posargs, env=env)
 
 

@@ -1,8 +1,8 @@
 """docs/wrappers.md's table: what real libraries' autocast wrappers do today.
 
 ``nox -s "wrappers(<library>)"`` installs one library beside torch, runs the wrapper tier
-against its declaration (``examples/wrappers/<library>_decl.py``) and leaves, in
-``reports/wrappers/``:
+against its declaration (the folder ``examples/wrappers/<library>/``: its declaration module
+and its ``integration.toml``) and leaves, in ``reports/wrappers/``:
 
 - ``<library>.json``: the tier's conformance report (docs/report-schema.md);
 - ``<library>.meta.json``: ``{"library", "version", "torch", "wrappers": [names]}`` from the
