@@ -9,8 +9,11 @@
     nox -s versions                 # docs/versions.md's matrix table from reports/
     nox -s "wrappers(open_clip)"    # a library's autocast wrappers under the wrapper tier
                                     # (nox -t wrappers: all of them; docs/wrappers.md)
-    nox -s vendor-xla               # PyTorch/XLA end to end from examples/vendors/xla/
-                                    # (nox -t vendors; docs/vendors.md)
+    nox -s "vendor(xla)"            # PyTorch/XLA end to end from examples/vendors/xla/
+                                    # (nox -t vendors: every backend; docs/vendors.md)
+
+A wrapper library or a backend is a folder under examples/wrappers/ or examples/vendors/
+with an integration.toml (what to install, what to run); the sessions are found from them.
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
 commands README.md documents ("Supported torch versions and the nightly matrix"); the
@@ -159,6 +162,8 @@ def drift(session: nox.Session) -> None:
 #: folder under examples/wrappers/, a backend's under examples/vendors/)
 INTEGRATION_KEYS = {
     "wrappers": ({"requirements", "torch", "declaration"}, {"xfail"}),
+    "vendors": ({"backend", "module", "device", "requirements", "env", "oplist"},
+                {"capabilities", "xfail", "defects"}),
 }
 
 
@@ -264,15 +269,12 @@ def wrappers(session: nox.Session, library: str) -> None:
 
 # -- real out-of-tree autocast implementations (examples/vendors/, docs/vendors.md) -------
 
-#: name -> what its session installs and runs: every requirement pinned, installed from the
-#: package registry into the session's own virtualenv (never part of the default sessions,
-#: the matrix or .ci/run). PyTorch/XLA: a CUDA build of torch 2.9.0 and torch-xla 2.9.0
-#: (about 7 GB), run on XLA:CPU.
-VENDORS = {
-    "xla": {"backend": "PyTorch/XLA", "module": "torch_xla", "device": "xla",
-            "requirements": ["torch==2.9.0", "torch-xla==2.9.0"],
-            "env": {"PJRT_DEVICE": "CPU"}},
-}
+#: The backends run end to end (docs/vendors.md): one folder each under examples/vendors/
+#: (its integration.toml: backend, module, device, pinned requirements, environment, and
+#: the op list, capabilities and expected failures beside it). Each is installed from the
+#: package registry into the session's own virtualenv: never part of the default sessions,
+#: the matrix or .ci/run.
+VENDORS = integrations("vendors")
 VENDOR_REPORTS = Path("reports") / "vendors"
 VENDOR_META = """import importlib, json, sys, torch
 module = importlib.import_module(sys.argv[1])
@@ -286,8 +288,9 @@ def vendor_suite_args(name: str) -> list[str]:
     """The pytest arguments of a backend's supervised run, from its folder (README there)."""
     spec = VENDORS[name]
     return ["--pyargs", "amp_conformance", "--backend-module", spec["module"], "--device",
-            spec["device"], f"--oplist={spec['device']}.toml",
-            "--capabilities=capabilities.toml", "--xfail-file=xfail.txt"]
+            spec["device"], f"--oplist={spec['oplist']}",
+            *([f"--capabilities={spec['capabilities']}"] if "capabilities" in spec else []),
+            *([f"--xfail-file={spec['xfail']}"] if "xfail" in spec else [])]
 
 
 def vendor_command(name: str) -> str:
@@ -297,15 +300,17 @@ def vendor_command(name: str) -> str:
             + " ".join(vendor_suite_args(name))).strip()
 
 
-@nox.session(name="vendor-xla", tags=["vendors"])
-def vendor_xla(session: nox.Session) -> None:
-    """PyTorch/XLA end to end, from examples/vendors/xla/: discover (a draft list from the
-    CUDA lists, to compare with xla.toml), coverage of AutocastXLA by xla.toml, the
-    supervised suite with its capabilities and expected failures, and the atlas's xla
-    column beside cpu -> reports/vendors/xla.json (+ .meta.json, .atlas.md). Then ``python -m
-    amp_conformance.tools.vendors_table --reports reports/vendors --summary
-    docs/vendors-observed.json --write docs/vendors.md`` updates the docs."""
-    _vendor(session, "xla")
+@nox.session(tags=["vendors"])
+@nox.parametrize("name", list(VENDORS), ids=list(VENDORS))
+def vendor(session: nox.Session, name: str) -> None:
+    """One backend end to end, from its folder: ``nox -s "vendor(xla)"`` runs discover (a
+    draft list from the CUDA lists, to compare with its op list), the coverage of its
+    Autocast kernels by its op list, the supervised suite with its capabilities and
+    expected failures, and the atlas's column of its device beside cpu ->
+    reports/vendors/<name>.json (+ .meta.json, .atlas.md). ``nox -t vendors`` runs every
+    backend; ``python -m amp_conformance.tools.vendors_table --reports reports/vendors
+    --summary docs/vendors-observed.json --write docs/vendors.md`` then updates the docs."""
+    _vendor(session, name)
 
 
 def _vendor(session: nox.Session, name: str) -> None:
@@ -317,13 +322,13 @@ def _vendor(session: nox.Session, name: str) -> None:
     session.install(*spec["requirements"], env=MATRIX_PIP_ENV)
     session.install(".[opinfo]", env=MATRIX_PIP_ENV)  # the atlas reads op_db (expecttest)
     env = dict(spec["env"])
-    with session.chdir(Path("examples/vendors") / name):
+    with session.chdir(HERE / spec["folder"]):
         session.run("python", "-m", "amp_conformance", "discover", "--device", spec["device"],
                     "--backend-module", spec["module"], "--out",
                     str(reports / f"{name}.discovered.toml"), "-q", env=env)
         coverage = session.run("python", "-m", "amp_conformance", "coverage", "--device",
                                spec["device"], "--backend-module", spec["module"],
-                               f"--oplist={spec['device']}.toml", "-q", env=env, silent=True)
+                               f"--oplist={spec['oplist']}", "-q", env=env, silent=True)
         began = time.monotonic()
         session.run("python", "-m", "amp_conformance", "run", "--report",
                     str(reports / f"{name}.json"), "--", *vendor_suite_args(name),
@@ -331,7 +336,7 @@ def _vendor(session: nox.Session, name: str) -> None:
         wall = time.monotonic() - began
         session.run("python", "-m", "amp_conformance", "atlas", "--devices",
                     f"{spec['device']},cpu", "--backend-module", spec["module"],
-                    f"--oplist={spec['device']}.toml", "--out", str(reports / f"{name}.atlas.md"),
+                    f"--oplist={spec['oplist']}", "--out", str(reports / f"{name}.atlas.md"),
                     "--json", str(reports / f"{name}.atlas.json"), env=env)
         meta = {k: spec[k] for k in ("backend", "module", "device")}
         meta.update(command=vendor_command(name), wall_s=round(wall),

@@ -1,5 +1,5 @@
 """docs/vendors.md: real out-of-tree autocast implementations, from their observed runs
-(amp_conformance/tools/vendors_table.py, the nox session vendor-xla)."""
+(amp_conformance/tools/vendors_table.py, the nox session vendor(<name>))."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_the_command_line_writes_the_summary_and_the_document(tmp_path):
 
 def test_docs_vendors_md_is_what_the_committed_summary_makes():
     if not SUMMARY.is_file():
-        pytest.fail("docs/vendors-observed.json is missing: run nox -s vendor-xla, then "
+        pytest.fail("docs/vendors-observed.json is missing: run nox -t vendors, then "
                     "python -m amp_conformance.tools.vendors_table --reports reports/vendors "
                     "--summary docs/vendors-observed.json --write docs/vendors.md")
     summary = json.loads(SUMMARY.read_text())
