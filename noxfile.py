@@ -240,7 +240,7 @@ def wrappers(session: nox.Session, library: str) -> None:
     reports/wrappers/<library>.blocked.json where the library cannot be installed or
     imported. ``nox -t wrappers`` runs every library; ``python -m
     amp_conformance.tools.wrappers_table --reports reports/wrappers --summary
-    docs/wrappers-observed.json --write docs/wrappers.md`` then updates the docs."""
+    docs/data/wrappers-observed.json --write docs/wrappers.md`` then updates the docs."""
     WRAPPER_REPORTS.mkdir(parents=True, exist_ok=True)
     for stale in WRAPPER_REPORTS.glob(f"{library}.*"):
         stale.unlink()
@@ -309,7 +309,7 @@ def vendor(session: nox.Session, name: str) -> None:
     expected failures, and the atlas's column of its device beside cpu ->
     reports/vendors/<name>.json (+ .meta.json, .atlas.md). ``nox -t vendors`` runs every
     backend; ``python -m amp_conformance.tools.vendors_table --reports reports/vendors
-    --summary docs/vendors-observed.json --write docs/vendors.md`` then updates the docs."""
+    --summary docs/data/vendors-observed.json --write docs/vendors.md`` then updates the docs."""
     _vendor(session, name)
 
 

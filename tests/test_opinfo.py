@@ -201,11 +201,11 @@ def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
 
 
 def test_the_atlas_page_is_its_json_and_a_slice_of_it_is_current():
-    data = json.loads((ROOT / "docs" / "atlas.json").read_text())
+    data = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text())
     assert (ROOT / "docs" / "atlas.md").read_text() == atlas.markdown(data)
     assert set(data["ops"]) == {r.id for r in source.refs()} or data["torch"] != torch.__version__
     if data["torch"] != torch.__version__:
-        pytest.skip(f"docs/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
+        pytest.skip(f"docs/data/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
     ops = ["addmm", "sin", "linalg.pinv-singular", "softmax", "cat", "nn.functional.binary_cross_entropy"]
     fresh = atlas.build(["cpu", "cuda"], ops, isolated=False)
     assert {op: {d: data["ops"][op][d] for d in ("cpu", "cuda")} for op in ops} == fresh["ops"]

@@ -14,7 +14,7 @@ from amp_conformance.tools import wrappers_table as wt
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "wrappers.md"
-SUMMARY = ROOT / "docs" / "wrappers-observed.json"
+SUMMARY = ROOT / "docs" / "data" / "wrappers-observed.json"
 SESSIONS = ("open_clip", "speechbrain", "accelerate", "lightning", "mmengine", "ultralytics")
 
 
@@ -112,7 +112,7 @@ def test_docs_table_is_what_the_generator_makes_from_the_committed_summary():
     section = generated.section(DOC.read_text(encoding="utf-8"), wt.BEGIN, wt.END)
     assert section == wt.markdown(summary), (
         "docs/wrappers.md is stale: python -m amp_conformance.tools.wrappers_table "
-        "--summary docs/wrappers-observed.json --write docs/wrappers.md")
+        "--summary docs/data/wrappers-observed.json --write docs/wrappers.md")
     libraries = {lib["session"] for lib in summary["libraries"]}
     assert libraries == set(SESSIONS)
     assert all(lib["status"] == "completed" for lib in summary["libraries"])

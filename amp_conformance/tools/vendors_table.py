@@ -9,13 +9,13 @@ leaves, in ``reports/vendors/``:
 - ``<name>.meta.json``: ``{"backend", "module", "version", "torch", "device", "command",
   "coverage", "wall_s"}``: what was run, and the coverage line.
 
-:func:`summarize` turns that directory into one compact summary (``docs/vendors-observed.json``
+:func:`summarize` turns that directory into one compact summary (``docs/data/vendors-observed.json``
 is the committed one), :func:`markdown` turns it into the table and the departures, and
 ``--write`` puts them between the markers of docs/vendors.md::
 
     python -m amp_conformance.tools.vendors_table --reports reports/vendors \\
-        --summary docs/vendors-observed.json --write docs/vendors.md
-    python -m amp_conformance.tools.vendors_table --summary docs/vendors-observed.json \\
+        --summary docs/data/vendors-observed.json --write docs/vendors.md
+    python -m amp_conformance.tools.vendors_table --summary docs/data/vendors-observed.json \\
         --write docs/vendors.md            # regenerate from the committed summary
 
 Each departure is an item the backend's ``xfail.txt`` declares (its reason names the
