@@ -30,11 +30,9 @@ from amp_conformance.core import devices
 from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.target import Target, fake_supported
 
-DEVICES = ("cpu", "cuda", "xpu", "mps")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--devices", default=",".join(DEVICES),
+    parser.add_argument("--devices", default=",".join(devices.atlas_devices()),
                         help="comma-separated device types (default: %(default)s)")
     parser.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
                         help="import a backend first (its device can then be named); repeatable")
@@ -50,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def target_of(device: str) -> Target:
     """The real device where it is here (cpu always), else its policy faked."""
-    if device == "cpu" or devices.is_available(device):
+    if devices.is_available(device):  # cpu always is
         return Target(device)
     if not fake_supported(device):
         raise SystemExit(f"atlas: {device} is not here and this torch registers no Autocast "
@@ -205,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
                       tuple(args.oplist), Path(args.cells))
         return 0
     atlas = build(device_types, ops, tuple(args.oplist), tuple(args.backend_module))
-    if args.devices != ",".join(DEVICES) or args.backend_module or args.oplist:
+    if args.devices != ",".join(devices.atlas_devices()) or args.backend_module or args.oplist:
         atlas["command"] = command_of(args)  # a page of another atlas than docs/atlas.md
     page = markdown(atlas)
     for path in (args.out, args.json):
