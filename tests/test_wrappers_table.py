@@ -15,7 +15,8 @@ from amp_conformance.tools import wrappers_table as wt
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "wrappers.md"
 SUMMARY = ROOT / "docs" / "data" / "wrappers-observed.json"
-SESSIONS = ("open_clip", "speechbrain", "accelerate", "lightning", "mmengine", "ultralytics")
+#: one session per folder of examples/wrappers/ (tests/test_integrations.py), each in the docs
+SESSIONS = tuple(sorted(p.parent.name for p in ROOT.glob("examples/wrappers/*/integration.toml")))
 
 
 def _result(test: str, param: str, outcome: str, message: str | None = None,
