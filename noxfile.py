@@ -9,8 +9,11 @@
     nox -s versions                 # docs/versions.md's matrix table from reports/
     nox -s "wrappers(open_clip)"    # a library's autocast wrappers under the wrapper tier
                                     # (nox -t wrappers: all of them; docs/wrappers.md)
-    nox -s vendor-xla               # PyTorch/XLA end to end from examples/vendors/xla/
-                                    # (nox -t vendors; docs/vendors.md)
+    nox -s "vendor(xla)"            # PyTorch/XLA end to end from examples/vendors/xla/
+                                    # (nox -t vendors: every backend; docs/vendors.md)
+
+A wrapper library or a backend is a folder under examples/wrappers/ or examples/vendors/
+with an integration.toml (what to install, what to run); the sessions are found from them.
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
 commands README.md documents ("Supported torch versions and the nightly matrix"); the
@@ -27,9 +30,13 @@ import json
 import os
 import shutil
 import time
+import tomllib
 from pathlib import Path
 
 import nox
+
+#: the checkout: integrations are found under its examples/ wherever nox runs from
+HERE = Path(__file__).resolve().parent
 
 #: Every torch release the suite supports, oldest first (README "Supported torch versions").
 TORCH_RELEASES = ["2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
@@ -149,41 +156,56 @@ def drift(session: nox.Session) -> None:
                     f"reports/{b}/cpu.json", success_codes=[0, 1])
 
 
-#: The libraries whose autocast wrappers the wrapper tier checks (docs/wrappers.md): session
-#: id -> (pip requirements after torch, declaration module in examples/wrappers/). Each is
+# -- integrations: folders under examples/ that describe themselves ----------------------
+
+#: what an integration.toml holds, per kind: required keys, then optional ones (a library's
+#: folder under examples/wrappers/, a backend's under examples/vendors/)
+INTEGRATION_KEYS = {
+    "wrappers": ({"requirements", "torch", "declaration"}, {"xfail"}),
+    "vendors": ({"backend", "module", "device", "requirements", "env", "oplist"},
+                {"capabilities", "xfail", "defects"}),
+}
+
+
+def integrations(kind: str, root: Path = HERE) -> dict[str, dict]:
+    """Every ``examples/<kind>/<name>/integration.toml`` of ``root``, by folder name, so that
+    adding a library or a backend is one folder and no edit here. Each spec gains
+    ``folder`` (``examples/<kind>/<name>``, relative to the checkout); a missing or unknown
+    key fails here, naming the file, rather than halfway through a session."""
+    required, optional = INTEGRATION_KEYS[kind]
+    found = {}
+    for path in sorted((root / "examples" / kind).glob("*/integration.toml")):
+        with path.open("rb") as f:
+            spec = tomllib.load(f)
+        where = path.relative_to(root)
+        if required - set(spec) or set(spec) - required - optional:
+            raise ValueError(f"{where}: missing {sorted(required - set(spec))}, unknown "
+                             f"{sorted(set(spec) - required - optional)}")
+        spec["folder"] = where.parent.as_posix()
+        found[path.parent.name] = spec
+    return found
+
+
+#: The libraries whose autocast wrappers the wrapper tier checks (docs/wrappers.md): one
+#: folder each under examples/wrappers/ (its integration.toml: pip requirements after torch,
+#: the torch it runs, its declaration ``module:NAME``, its expected failures). Each is
 #: installed from the package registry into its own virtualenv: never part of the default
 #: sessions, the matrix or .ci/run.
-WRAPPER_LIBRARIES = {
-    "open_clip": (["open_clip_torch"], "open_clip_decl"),
-    # speechbrain imports torchaudio on import: the torchaudio of the same torch release
-    # (torchaudio==<major.minor>.*), or the session records the library as blocked
-    "speechbrain": (["speechbrain", "torchaudio"], "speechbrain_decl"),
-    "accelerate": (["accelerate"], "accelerate_decl"),
-    "lightning": (["lightning"], "lightning_decl"),
-    "mmengine": (["mmengine"], "mmengine_decl"),
-    # ultralytics needs torchvision: the torchvision of torch's release, from the registry
-    "ultralytics": (["ultralytics"], "ultralytics_decl"),
-}
-WRAPPERS_TORCH = "2.13.0"
-#: a library that needs another torch: speechbrain imports torchaudio, whose newest release
-#: on the registry is 2.11 (none for 2.13), so its session runs torch 2.11.0 (a CUDA build
-#: from the registry, about 5 GB, run on the CPU)
-WRAPPER_TORCH = {"speechbrain": "2.11.0"}
-#: expected failures of a library's departures, observed (docs/wrappers.md), strict
-WRAPPER_XFAILS = {"accelerate": "examples/wrappers/accelerate.xfail"}
+WRAPPER_LIBRARIES = integrations("wrappers")
 WRAPPER_REPORTS = Path("reports") / "wrappers"
 #: what the session writes beside the tier's report (amp_conformance/tools/wrappers_table.py)
 WRAPPER_META = """import importlib, json, sys, torch
-decl = importlib.import_module(sys.argv[1])
-first = decl.WRAPPERS[0]
+module, _, name = sys.argv[1].partition(":")
+wrappers = getattr(importlib.import_module(module), name)
+first = wrappers[0]
 json.dump({"library": first.library, "version": first.version, "torch": torch.__version__,
-           "wrappers": [w.name for w in decl.WRAPPERS]}, open(sys.argv[2], "w"), indent=1)
+           "wrappers": [w.name for w in wrappers]}, open(sys.argv[2], "w"), indent=1)
 """
 
 
 def wrapper_torch(library: str) -> str:
-    """The torch release one library's session runs."""
-    return WRAPPER_TORCH.get(library, WRAPPERS_TORCH)
+    """The torch release one library's session runs (its integration.toml's pin)."""
+    return WRAPPER_LIBRARIES[library]["torch"]
 
 
 def wrapper_requirements(library: str, torch: str | None = None) -> list[str]:
@@ -192,17 +214,22 @@ def wrapper_requirements(library: str, torch: str | None = None) -> list[str]:
     torch = torch or wrapper_torch(library)
     release = ".".join(torch.split(".")[:2])
     pins = {"torchaudio": f"torchaudio=={release}.*"}
-    return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library][0]] + [f"torch=={torch}"]
+    return [pins.get(r, r) for r in WRAPPER_LIBRARIES[library]["requirements"]] + [f"torch=={torch}"]
+
+
+def wrapper_pythonpath(library: str) -> str:
+    """The library's folder (its declaration module) and examples/wrappers (shared helpers)."""
+    folder = HERE / WRAPPER_LIBRARIES[library]["folder"]
+    return os.pathsep.join([str(folder), str(folder.parent)])
 
 
 def wrapper_command(library: str) -> list[str]:
-    """The wrapper tier's pytest command for one library (examples/wrappers on PYTHONPATH)."""
-    decl = WRAPPER_LIBRARIES[library][1]
+    """The wrapper tier's pytest command for one library (its folder on PYTHONPATH)."""
+    spec = WRAPPER_LIBRARIES[library]
+    xfail = [f"--xfail-file={spec['folder']}/{spec['xfail']}"] if "xfail" in spec else []
     return ["pytest", "--pyargs", "amp_conformance", "--device", "cpu", "--wrapper",
-            f"{decl}:WRAPPERS", "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
-            "-k", "wrapper", "-p", "no:cacheprovider",
-            *([f"--xfail-file={WRAPPER_XFAILS[library]}"]
-              if library in WRAPPER_XFAILS else [])]
+            spec["declaration"], "--conformance-report", str(WRAPPER_REPORTS / f"{library}.json"),
+            "-k", "wrapper", "-p", "no:cacheprovider", *xfail]
 
 
 @nox.session(tags=["wrappers"])
@@ -213,7 +240,7 @@ def wrappers(session: nox.Session, library: str) -> None:
     reports/wrappers/<library>.blocked.json where the library cannot be installed or
     imported. ``nox -t wrappers`` runs every library; ``python -m
     amp_conformance.tools.wrappers_table --reports reports/wrappers --summary
-    docs/wrappers-observed.json --write docs/wrappers.md`` then updates the docs."""
+    docs/data/wrappers-observed.json --write docs/wrappers.md`` then updates the docs."""
     WRAPPER_REPORTS.mkdir(parents=True, exist_ok=True)
     for stale in WRAPPER_REPORTS.glob(f"{library}.*"):
         stale.unlink()
@@ -229,27 +256,25 @@ def wrappers(session: nox.Session, library: str) -> None:
         session.install(*wrapper_requirements(library))
     except nox.command.CommandFailed:
         block(f"pip could not install {' '.join(wrapper_requirements(library))}")
-    env = {"PYTHONPATH": str(Path("examples/wrappers").resolve())}
-    decl = WRAPPER_LIBRARIES[library][1]
+    env = {"PYTHONPATH": wrapper_pythonpath(library)}
+    spec = WRAPPER_LIBRARIES[library]
     meta = str(WRAPPER_REPORTS / f"{library}.meta.json")
     try:
-        session.run("python", "-c", WRAPPER_META, decl, meta, env=env)
+        session.run("python", "-c", WRAPPER_META, spec["declaration"], meta, env=env)
     except nox.command.CommandFailed:
-        block(f"examples/wrappers/{decl}.py does not import (see the session's log)")
+        module = spec["declaration"].partition(":")[0]
+        block(f"{spec['folder']}/{module}.py does not import (see the session's log)")
     session.run(*wrapper_command(library), *session.posargs, env=env)
 
 
 # -- real out-of-tree autocast implementations (examples/vendors/, docs/vendors.md) -------
 
-#: name -> what its session installs and runs: every requirement pinned, installed from the
-#: package registry into the session's own virtualenv (never part of the default sessions,
-#: the matrix or .ci/run). PyTorch/XLA: a CUDA build of torch 2.9.0 and torch-xla 2.9.0
-#: (about 7 GB), run on XLA:CPU.
-VENDORS = {
-    "xla": {"backend": "PyTorch/XLA", "module": "torch_xla", "device": "xla",
-            "requirements": ["torch==2.9.0", "torch-xla==2.9.0"],
-            "env": {"PJRT_DEVICE": "CPU"}},
-}
+#: The backends run end to end (docs/vendors.md): one folder each under examples/vendors/
+#: (its integration.toml: backend, module, device, pinned requirements, environment, and
+#: the op list, capabilities and expected failures beside it). Each is installed from the
+#: package registry into the session's own virtualenv: never part of the default sessions,
+#: the matrix or .ci/run.
+VENDORS = integrations("vendors")
 VENDOR_REPORTS = Path("reports") / "vendors"
 VENDOR_META = """import importlib, json, sys, torch
 module = importlib.import_module(sys.argv[1])
@@ -263,8 +288,9 @@ def vendor_suite_args(name: str) -> list[str]:
     """The pytest arguments of a backend's supervised run, from its folder (README there)."""
     spec = VENDORS[name]
     return ["--pyargs", "amp_conformance", "--backend-module", spec["module"], "--device",
-            spec["device"], f"--oplist={spec['device']}.toml",
-            "--capabilities=capabilities.toml", "--xfail-file=xfail.txt"]
+            spec["device"], f"--oplist={spec['oplist']}",
+            *([f"--capabilities={spec['capabilities']}"] if "capabilities" in spec else []),
+            *([f"--xfail-file={spec['xfail']}"] if "xfail" in spec else [])]
 
 
 def vendor_command(name: str) -> str:
@@ -274,15 +300,17 @@ def vendor_command(name: str) -> str:
             + " ".join(vendor_suite_args(name))).strip()
 
 
-@nox.session(name="vendor-xla", tags=["vendors"])
-def vendor_xla(session: nox.Session) -> None:
-    """PyTorch/XLA end to end, from examples/vendors/xla/: discover (a draft list from the
-    CUDA lists, to compare with xla.toml), coverage of AutocastXLA by xla.toml, the
-    supervised suite with its capabilities and expected failures, and the atlas's xla
-    column beside cpu -> reports/vendors/xla.json (+ .meta.json, .atlas.md). Then ``python -m
-    amp_conformance.tools.vendors_table --reports reports/vendors --summary
-    docs/vendors-observed.json --write docs/vendors.md`` updates the docs."""
-    _vendor(session, "xla")
+@nox.session(tags=["vendors"])
+@nox.parametrize("name", list(VENDORS), ids=list(VENDORS))
+def vendor(session: nox.Session, name: str) -> None:
+    """One backend end to end, from its folder: ``nox -s "vendor(xla)"`` runs discover (a
+    draft list from the CUDA lists, to compare with its op list), the coverage of its
+    Autocast kernels by its op list, the supervised suite with its capabilities and
+    expected failures, and the atlas's column of its device beside cpu ->
+    reports/vendors/<name>.json (+ .meta.json, .atlas.md). ``nox -t vendors`` runs every
+    backend; ``python -m amp_conformance.tools.vendors_table --reports reports/vendors
+    --summary docs/data/vendors-observed.json --write docs/vendors.md`` then updates the docs."""
+    _vendor(session, name)
 
 
 def _vendor(session: nox.Session, name: str) -> None:
@@ -294,13 +322,13 @@ def _vendor(session: nox.Session, name: str) -> None:
     session.install(*spec["requirements"], env=MATRIX_PIP_ENV)
     session.install(".[opinfo]", env=MATRIX_PIP_ENV)  # the atlas reads op_db (expecttest)
     env = dict(spec["env"])
-    with session.chdir(Path("examples/vendors") / name):
+    with session.chdir(HERE / spec["folder"]):
         session.run("python", "-m", "amp_conformance", "discover", "--device", spec["device"],
                     "--backend-module", spec["module"], "--out",
                     str(reports / f"{name}.discovered.toml"), "-q", env=env)
         coverage = session.run("python", "-m", "amp_conformance", "coverage", "--device",
                                spec["device"], "--backend-module", spec["module"],
-                               f"--oplist={spec['device']}.toml", "-q", env=env, silent=True)
+                               f"--oplist={spec['oplist']}", "-q", env=env, silent=True)
         began = time.monotonic()
         session.run("python", "-m", "amp_conformance", "run", "--report",
                     str(reports / f"{name}.json"), "--", *vendor_suite_args(name),
@@ -308,7 +336,7 @@ def _vendor(session: nox.Session, name: str) -> None:
         wall = time.monotonic() - began
         session.run("python", "-m", "amp_conformance", "atlas", "--devices",
                     f"{spec['device']},cpu", "--backend-module", spec["module"],
-                    f"--oplist={spec['device']}.toml", "--out", str(reports / f"{name}.atlas.md"),
+                    f"--oplist={spec['oplist']}", "--out", str(reports / f"{name}.atlas.md"),
                     "--json", str(reports / f"{name}.atlas.json"), env=env)
         meta = {k: spec[k] for k in ("backend", "module", "device")}
         meta.update(command=vendor_command(name), wall_s=round(wall),

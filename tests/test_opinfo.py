@@ -3,6 +3,7 @@ departures, the option, the report's operator-surface table and the atlas."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import torch
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
 from amp_conformance.checks.opinfo import calls, check, judge, reference, source  # noqa: E402
+from amp_conformance.core import devices  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
 from amp_conformance.core.target import Target  # noqa: E402
 from amp_conformance.plugin.report.surface import markdown, operator_surface  # noqa: E402
@@ -201,14 +203,25 @@ def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
 
 
 def test_the_atlas_page_is_its_json_and_a_slice_of_it_is_current():
-    data = json.loads((ROOT / "docs" / "atlas.json").read_text())
+    data = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text())
     assert (ROOT / "docs" / "atlas.md").read_text() == atlas.markdown(data)
     assert set(data["ops"]) == {r.id for r in source.refs()} or data["torch"] != torch.__version__
     if data["torch"] != torch.__version__:
-        pytest.skip(f"docs/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
+        pytest.skip(f"docs/data/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
     ops = ["addmm", "sin", "linalg.pinv-singular", "softmax", "cat", "nn.functional.binary_cross_entropy"]
     fresh = atlas.build(["cpu", "cuda"], ops, isolated=False)
     assert {op: {d: data["ops"][op][d] for d in ("cpu", "cuda")} for op in ops} == fresh["ops"]
+
+
+def test_the_default_atlas_covers_the_devices_core_names():
+    """Which devices the atlas covers by default is a device fact (core.devices), and the
+    committed docs/atlas.md is that atlas."""
+    assert devices.atlas_devices() == ("cpu", "cuda", "xpu", "mps")
+    parser = argparse.ArgumentParser()
+    atlas.add_arguments(parser)
+    assert parser.parse_args([]).devices == "cpu,cuda,xpu,mps"
+    data = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text())
+    assert tuple(data["devices"]) == devices.atlas_devices() and "command" not in data
 
 
 def test_atlas_drift_lists_changed_cells():

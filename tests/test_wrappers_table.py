@@ -14,8 +14,9 @@ from amp_conformance.tools import wrappers_table as wt
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "wrappers.md"
-SUMMARY = ROOT / "docs" / "wrappers-observed.json"
-SESSIONS = ("open_clip", "speechbrain", "accelerate", "lightning", "mmengine", "ultralytics")
+SUMMARY = ROOT / "docs" / "data" / "wrappers-observed.json"
+#: one session per folder of examples/wrappers/ (tests/test_integrations.py), each in the docs
+SESSIONS = tuple(sorted(p.parent.name for p in ROOT.glob("examples/wrappers/*/integration.toml")))
 
 
 def _result(test: str, param: str, outcome: str, message: str | None = None,
@@ -112,7 +113,7 @@ def test_docs_table_is_what_the_generator_makes_from_the_committed_summary():
     section = generated.section(DOC.read_text(encoding="utf-8"), wt.BEGIN, wt.END)
     assert section == wt.markdown(summary), (
         "docs/wrappers.md is stale: python -m amp_conformance.tools.wrappers_table "
-        "--summary docs/wrappers-observed.json --write docs/wrappers.md")
+        "--summary docs/data/wrappers-observed.json --write docs/wrappers.md")
     libraries = {lib["session"] for lib in summary["libraries"]}
     assert libraries == set(SESSIONS)
     assert all(lib["status"] == "completed" for lib in summary["libraries"])
@@ -125,13 +126,17 @@ def test_wrapper_sessions_are_off_the_default_run_and_ci():
     noxfile = load_noxfile()
     assert set(noxfile.WRAPPER_LIBRARIES) == set(SESSIONS)
     assert not [s for s in noxfile.nox.options.sessions if s.startswith("wrappers")]
-    for library, (_, decl) in noxfile.WRAPPER_LIBRARIES.items():
-        assert (ROOT / "examples" / "wrappers" / f"{decl}.py").is_file()
+    for library, spec in noxfile.WRAPPER_LIBRARIES.items():
+        module = spec["declaration"].partition(":")[0]
+        assert (ROOT / "examples" / "wrappers" / library / f"{module}.py").is_file()
         assert noxfile.wrapper_requirements(library)[-1] == \
             f"torch=={noxfile.wrapper_torch(library)}"
-        assert f"{decl}:WRAPPERS" in noxfile.wrapper_command(library)
+        assert f"{module}:WRAPPERS" in noxfile.wrapper_command(library)
     assert "torchaudio==2.11.*" in noxfile.wrapper_requirements("speechbrain")
+    assert noxfile.wrapper_torch("speechbrain") == "2.11.0"
     assert noxfile.wrapper_requirements("open_clip")[-1] == "torch==2.13.0"
-    assert any(a.startswith("--xfail-file=") for a in noxfile.wrapper_command("accelerate"))
+    assert "--xfail-file=examples/wrappers/accelerate/xfail.txt" in \
+        noxfile.wrapper_command("accelerate")
+    assert not any(a.startswith("--xfail-file=") for a in noxfile.wrapper_command("open_clip"))
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "wrappers" not in ci and "examples/wrappers" not in ci

@@ -32,6 +32,9 @@ class DeviceProfile:
     - ``rng``: the module holding the device's generator where there is no
       ``torch.<device>`` module (``get_rng_state()``, ``set_rng_state(seed)``): seeded
       draws and calls (``core.rng``).
+    - ``atlas``: a column of the default atlas (``python -m amp_conformance atlas``,
+      docs/atlas.md): torch itself ships the device's Autocast kernels, so its policy is
+      shown on any machine, faked where the hardware is absent (``tools.atlas``).
     """
 
     name: str
@@ -40,15 +43,16 @@ class DeviceProfile:
     rejects_unsupported_dtype: bool = True
     fake_quirks: tuple[str, ...] = ()
     rng: str | None = None
+    atlas: bool = False
 
 
 #: The device types torch.autocast knows by name (a PrivateUse1 backend adds its own).
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
-    DeviceProfile("cpu", "CPU", legacy="cpu.amp.autocast"),
+    DeviceProfile("cpu", "CPU", legacy="cpu.amp.autocast", atlas=True),
     DeviceProfile("cuda", "CUDA", legacy="cuda.amp.autocast", rejects_unsupported_dtype=False,
-                  fake_quirks=("cudnn_off",)),
-    DeviceProfile("xpu", "XPU"),
-    DeviceProfile("mps", "MPS"),
+                  fake_quirks=("cudnn_off",), atlas=True),
+    DeviceProfile("xpu", "XPU", atlas=True),
+    DeviceProfile("mps", "MPS", atlas=True),
     DeviceProfile("mtia", "MTIA"),
     DeviceProfile("maia", "MAIA"),
     DeviceProfile("hpu", "HPU"),
@@ -63,6 +67,11 @@ PRIVATEUSE1 = DeviceProfile("privateuseone", "PrivateUse1")
 def profile(device: str) -> DeviceProfile:
     """The device's profile; a PrivateUse1 backend (any other name) gets PRIVATEUSE1's."""
     return PROFILES.get(device) or replace(PRIVATEUSE1, name=device)
+
+
+def atlas_devices() -> tuple[str, ...]:
+    """The default atlas's devices, in PROFILES' order (cpu, cuda, xpu, mps)."""
+    return tuple(p.name for p in PROFILES.values() if p.atlas)
 
 
 def device_of_dispatch_key(key: str) -> str:

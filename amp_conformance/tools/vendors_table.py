@@ -1,20 +1,21 @@
 """docs/vendors.md's table: real out-of-tree autocast implementations, run through the suite.
 
-``nox -s vendor-<name>`` (e.g. ``vendor-xla``) installs a backend from the package registry
-into its own virtualenv, runs ``discover``, ``coverage`` and the supervised suite from its
-folder (``examples/vendors/<name>/``) and leaves, in ``reports/vendors/``:
+``nox -s "vendor(<name>)"`` (e.g. ``vendor(xla)``) installs a backend from the package
+registry into its own virtualenv, runs ``discover``, ``coverage`` and the supervised suite
+from its folder (``examples/vendors/<name>/``, described by its ``integration.toml``) and
+leaves, in ``reports/vendors/``:
 
 - ``<name>.json``: the supervised run's report (docs/report-schema.md);
 - ``<name>.meta.json``: ``{"backend", "module", "version", "torch", "device", "command",
   "coverage", "wall_s"}``: what was run, and the coverage line.
 
-:func:`summarize` turns that directory into one compact summary (``docs/vendors-observed.json``
+:func:`summarize` turns that directory into one compact summary (``docs/data/vendors-observed.json``
 is the committed one), :func:`markdown` turns it into the table and the departures, and
 ``--write`` puts them between the markers of docs/vendors.md::
 
     python -m amp_conformance.tools.vendors_table --reports reports/vendors \\
-        --summary docs/vendors-observed.json --write docs/vendors.md
-    python -m amp_conformance.tools.vendors_table --summary docs/vendors-observed.json \\
+        --summary docs/data/vendors-observed.json --write docs/vendors.md
+    python -m amp_conformance.tools.vendors_table --summary docs/data/vendors-observed.json \\
         --write docs/vendors.md            # regenerate from the committed summary
 
 Each departure is an item the backend's ``xfail.txt`` declares (its reason names the
@@ -142,7 +143,7 @@ def markdown(summary: dict) -> str:
 
 TABLE = Table(prog="python -m amp_conformance.tools.vendors_table",
               description=__doc__.splitlines()[0], reports="reports/vendors",
-              session="nox -s vendor-xla", marker="*.meta.json", summarize=summarize,
+              session="nox -t vendors", marker="*.meta.json", summarize=summarize,
               markdown=markdown, begin=BEGIN, end=END)
 write = TABLE.write
 main = TABLE.main

@@ -1,8 +1,8 @@
 """docs/wrappers.md's table: what real libraries' autocast wrappers do today.
 
 ``nox -s "wrappers(<library>)"`` installs one library beside torch, runs the wrapper tier
-against its declaration (``examples/wrappers/<library>_decl.py``) and leaves, in
-``reports/wrappers/``:
+against its declaration (the folder ``examples/wrappers/<library>/``: its declaration module
+and its ``integration.toml``) and leaves, in ``reports/wrappers/``:
 
 - ``<library>.json``: the tier's conformance report (docs/report-schema.md);
 - ``<library>.meta.json``: ``{"library", "version", "torch", "wrappers": [names]}`` from the
@@ -10,13 +10,13 @@ against its declaration (``examples/wrappers/<library>_decl.py``) and leaves, in
 - or ``<library>.blocked.json``: ``{"library", "reason"}`` where the library could not be
   installed or imported (then nothing else).
 
-:func:`summarize` turns that directory into one compact summary (``docs/wrappers-observed.json``
+:func:`summarize` turns that directory into one compact summary (``docs/data/wrappers-observed.json``
 is the committed one), :func:`markdown` turns a summary into the table, and ``--write``
 puts it between the markers of docs/wrappers.md::
 
     python -m amp_conformance.tools.wrappers_table --reports reports/wrappers \\
-        --summary docs/wrappers-observed.json --write docs/wrappers.md
-    python -m amp_conformance.tools.wrappers_table --summary docs/wrappers-observed.json \\
+        --summary docs/data/wrappers-observed.json --write docs/wrappers.md
+    python -m amp_conformance.tools.wrappers_table --summary docs/data/wrappers-observed.json \\
         --write docs/wrappers.md           # regenerate from the committed summary
 
 A project test keeps docs/wrappers.md's table equal to what :func:`markdown` makes from the

@@ -28,7 +28,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+# this folder and each library's (examples/wrappers/<library>/, its declaration module), so a
+# declaration module is named here as its nox session names it
+sys.path[:0] = [str(HERE), *(str(p.parent) for p in sorted(HERE.glob("*/integration.toml")))]
 
 from amp_conformance.checks.wrappers.declare import (  # noqa: E402
     ERROR,
