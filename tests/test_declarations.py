@@ -1,5 +1,5 @@
 """Declarations drafted from a run (tools/declarations.py, ``run --draft-declarations``),
-and README's step-by-step, which reaches a green declared run with them."""
+and the vendor guide's step-by-step, which reaches a green declared run with them."""
 
 from __future__ import annotations
 
@@ -85,9 +85,10 @@ def test_no_line_is_active_until_a_person_takes_it(tmp_path):
 
 
 def _step_by_step() -> str:
-    """README's step-by-step, less step 1 (the environment: this test's own serves)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### A first run, step by step"):]
+    """docs/vendor-guide.md's step-by-step, less step 1 (the environment: this test's own
+    serves)."""
+    text = (ROOT / "docs" / "vendor-guide.md").read_text(encoding="utf-8")
+    section = text[text.index("## A first run, step by step"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     steps = re.split(r"(?m)^(?=# \d+\. )", block)
     return "".join(s for s in steps if not s.startswith("# 1. "))
@@ -95,14 +96,14 @@ def _step_by_step() -> str:
 
 @pytest.mark.skipif(not hasattr(torch._C, "_acc"), reason="the example backend needs "
                     "torch._C._acc (a Python device guard)")
-def test_the_readme_step_by_step_reaches_a_green_declared_run(tmp_path):
-    """A vendor with the example backend, following README alone, declares nothing by hand
-    but the decisions README shows, and ends green."""
+def test_the_vendor_guide_step_by_step_reaches_a_green_declared_run(tmp_path):
+    """A vendor with the example backend, following the vendor guide alone, declares nothing
+    by hand but the decisions the guide shows, and ends green."""
     script = _step_by_step()
     assert "review mydev.toml --accept" in script and "--draft-declarations declared" in script
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    python = bin_dir / "python"  # README's `python`: this test's interpreter
+    python = bin_dir / "python"  # the guide's `python`: this test's interpreter
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
     env = {**os.environ, "AMP_CONFORMANCE": str(ROOT),

@@ -16,7 +16,7 @@ from amp_conformance.core.target import Target
 from amp_conformance.plugin import parametrize
 from amp_conformance.schema import messages, oplist
 
-#: the oldest torch the suite supports (README "Supported torch versions")
+#: the oldest torch the suite supports (docs/versions.md, "Supported torch versions")
 OLDEST = "2.4.0"
 
 

@@ -1,9 +1,9 @@
-"""The nightly workflow and the nox matrix run exactly the commands README.md documents.
+"""The nightly workflow and the nox matrix run exactly the commands docs/versions.md documents.
 
 The workflow (.github/workflows/nightly.yml) is parsed as YAML; every command line of its
-steps must be one of the commands in README's "Supported torch versions and the nightly
-matrix" block (shell plumbing aside: a loop, a redirection into the step summary), and every
-documented command must be used. The noxfile is run against a recording session.
+steps must be one of the commands in docs/versions.md's "Supported torch versions and the
+nightly matrix" block (shell plumbing aside: a loop, a redirection into the step summary),
+and every documented command must be used. The noxfile is run against a recording session.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is a dev dependency (pip insta
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+DOC = ROOT / "docs" / "versions.md"
 SECTION = "## Supported torch versions and the nightly matrix"
 
 #: Shell lines of a step that are plumbing around the documented commands, not commands.
@@ -59,9 +60,9 @@ def workflow():
     return data
 
 
-def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md lacks the section {SECTION!r}"
+def documented_commands() -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    assert SECTION in text, f"docs/versions.md lacks the section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "the section has no ```bash block of commands"
@@ -96,8 +97,8 @@ def command_lines(run: str) -> list[str]:
     return found
 
 
-def test_readme_documents_the_matrix_commands():
-    commands = readme_commands()
+def test_versions_page_documents_the_matrix_commands():
+    commands = documented_commands()
     assert len(commands) == 15
     assert 'pip install "torch==$TORCH.*" --index-url https://download.pytorch.org/whl/cpu' in commands
     assert ("pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/cpu"
@@ -113,13 +114,13 @@ def test_workflow_runs_on_a_schedule_and_by_hand(workflow):
 
 
 def test_every_workflow_command_is_documented_and_every_documented_one_used(workflow):
-    documented = readme_commands()
+    documented = documented_commands()
     used = set()
     for job_id, _, step in steps(workflow):
         for line in command_lines(step.get("run", "")):
             assert line in documented, (
-                f"job {job_id!r}, step {step.get('name')!r} runs {line!r}, which README.md does "
-                f"not document in {SECTION!r}"
+                f"job {job_id!r}, step {step.get('name')!r} runs {line!r}, which docs/versions.md "
+                f"does not document in {SECTION!r}"
             )
             used.add(line)
     assert set(documented) - used == set(), "documented but never run by the workflow"
@@ -202,7 +203,7 @@ class RecordingSession:
 
 
 def documented(torch: str) -> set[tuple[str, ...]]:
-    return {tuple(shlex.split(c.replace("$TORCH", torch))) for c in readme_commands()}
+    return {tuple(shlex.split(c.replace("$TORCH", torch))) for c in documented_commands()}
 
 
 @pytest.mark.parametrize("torch", ["2.6", "2.15", "nightly"])

@@ -90,13 +90,13 @@ def names(per_entry: bool | None = None) -> tuple[str, ...]:
     return tuple(c.name for c in REGISTRY.values() if per_entry is None or c.per_entry == per_entry)
 
 
-#: README's markers (the table is printed by ``python -m amp_conformance.checks.registry``)
+#: docs/checks.md's markers (the table is printed by ``python -m amp_conformance.checks.registry``)
 BEGIN = "<!-- checks: generated from amp_conformance/checks/registry.py -->"
 END = "<!-- end of generated checks -->"
 
 
 def markdown() -> str:
-    """The table of registered checks, as README shows it (checked by tests/test_readme.py)."""
+    """The table of registered checks, as docs/checks.md shows it (checked by tests/test_readme.py)."""
     rows = ["| check | items | needs values | capability | what it checks |",
             "| --- | --- | --- | --- | --- |"]
     for c in REGISTRY.values():

@@ -4,7 +4,7 @@ Implement them in the root ``conftest.py`` of the run or in a plugin (``-p my_pl
 ``pytest11`` entry point): they are called while the run's settings are resolved, before
 the session starts, so a conftest deeper in the tree is too late. Every hook receives the
 pytest ``config`` and the device type under test; return ``None`` to add nothing.
-See README.md, "For backend vendors".
+See docs/vendor-guide.md.
 """
 
 from __future__ import annotations
@@ -103,5 +103,5 @@ def pytest_amp_conformance_wrappers(config: pytest.Config) -> Any:
     :mod:`amp_conformance.checks.wrappers`, a list of them, or None. They are validated
     with the run's settings: a malformed declaration, or a name declared twice, is a usage
     error naming the hook implementation, the wrapper and the field. Items are made only
-    for wrappers that claim the run's device. See README.md, "For library authors".
+    for wrappers that claim the run's device. See docs/library-guide.md.
     """

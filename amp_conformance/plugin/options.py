@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from amp_conformance.core import generated
 from amp_conformance.core.resolve import SettingsError
 from amp_conformance.core.resolve import resolve as resolve_run
 from amp_conformance.core.target import Target
@@ -270,3 +272,33 @@ def _opinfo(config: pytest.Config) -> dict[str, Any]:
         except source.OpDbUnavailable as exc:
             raise pytest.UsageError(f"amp-conformance: {exc}") from None
     return {"opinfo": on, "opinfo_samples": samples}
+
+
+#: docs/options.md's markers around the generated option table
+BEGIN = "<!-- options: generated from amp_conformance/plugin/options.py -->"
+END = "<!-- end of generated options -->"
+
+
+def options_markdown() -> str:
+    """The option table of docs/options.md: each option of ``_OPTIONS``, its alias, value,
+    default and help text."""
+    aliases = {canonical: alias for alias, canonical in ALIASES.items()}
+    rows = ["| option | value | default | what it does |", "| --- | --- | --- | --- |"]
+    for name, kwargs in _OPTIONS.items():
+        shown = f"`{name}`" + (f" (alias `{aliases[name]}`)" if name in aliases else "")
+        if kwargs.get("action") == "store_true":
+            value = "—"
+        elif kwargs.get("choices"):
+            value = " \\| ".join(f"`{choice}`" for choice in kwargs["choices"])
+        else:
+            value = f"`{kwargs['metavar']}`".replace("|", "\\|")
+        default = kwargs.get("default")
+        default_text = f"`{default}`" if isinstance(default, str) else "—"
+        text = str(kwargs["help"]).replace("|", "\\|")
+        rows.append(f"| {shown} | {value} | {default_text} | {text} |")
+    return "\n".join(rows) + "\n"
+
+
+def write(path: Path) -> bool:
+    """Replace the generated option table of ``path`` (docs/options.md); whether it changed."""
+    return generated.write(path, BEGIN, END, options_markdown())

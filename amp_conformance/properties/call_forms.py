@@ -61,7 +61,7 @@ def _matmul(s: Sizes) -> tuple:
 #: How the properties call an op (keyed by the op name of its op-list entries): the
 #: argument list as tensor shapes (a tuple of ints), lists of tensors, and literals. A
 #: vendor adds forms for its own ops with the hook pytest_amp_conformance_property_forms
-#: (merged over this table for the run only: ``Settings.forms``); README lists these ops.
+#: (merged over this table for the run only: ``Settings.forms``); docs/checks.md lists these ops.
 FORMS: dict[str, Callable[[Sizes], tuple]] = {
     # lower precision
     "mm": _matmul,
