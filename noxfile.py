@@ -16,7 +16,7 @@ A wrapper library or a backend is a folder under examples/wrappers/ or examples/
 with an integration.toml (what to install, what to run); the sessions are found from them.
 
 Each session installs one torch into its own virtualenv, then the suite, and runs the
-commands README.md documents ("Supported torch versions and the nightly matrix"); the
+commands docs/versions.md documents ("Supported torch versions and the nightly matrix"); the
 nightly workflow (.github/workflows/nightly.yml) runs the same commands, one job per
 torch. A release is installed as ``torch==<major.minor>.*`` (its newest patch) from pip's
 configured index; set ``AMP_TORCH_INDEX_URL`` (e.g. https://download.pytorch.org/whl/cpu,
@@ -38,7 +38,7 @@ import nox
 #: the checkout: integrations are found under its examples/ wherever nox runs from
 HERE = Path(__file__).resolve().parent
 
-#: Every torch release the suite supports, oldest first (README "Supported torch versions").
+#: Every torch release the suite supports, oldest first (docs/versions.md).
 TORCH_RELEASES = ["2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
 NIGHTLY = "nightly"
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"

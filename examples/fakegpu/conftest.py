@@ -1,4 +1,4 @@
-"""fakegpu's hooks into the amp-conformance suite (see README.md "For backend vendors").
+"""fakegpu's hooks into the amp-conformance suite (see docs/vendor-guide.md).
 
 This is the root conftest of the run, so pytest loads it before the suite's settings are
 resolved; a conftest deeper in the tree would be too late for these hooks.
