@@ -2,7 +2,7 @@
 modules, short functions.
 
 docs/architecture.md describes the pipeline these tests keep honest: ``core`` (torch
-only) <- ``schema`` <- ``checks`` <- ``properties`` / ``plugin`` / ``tools``.
+only) <- ``schema`` <- ``checks`` <- ``plugin`` <- ``tools``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ LAYERS = {
     "core": set(),
     "schema": {"core"},
     "checks": {"core", "schema"},
-    "properties": {"core", "schema", "checks"},
-    "plugin": {"core", "schema", "checks", "properties"},
-    "tools": {"core", "schema", "checks", "properties", "plugin"},
+    "plugin": {"core", "schema", "checks"},
+    "tools": {"core", "schema", "checks", "plugin"},
 }
 
 

@@ -15,15 +15,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_conformance.checks import backward, fake_casts, oplist_checks
+from amp_conformance.checks import fake_casts
+from amp_conformance.checks.backward import check as backward
+from amp_conformance.checks.backward import mutants as mutants_backward
 from amp_conformance.checks.case import Case
+from amp_conformance.checks.mutation import keep_dtype, override_kernel
+from amp_conformance.checks.policy.check import check_policy
+from amp_conformance.checks.registry import mutants
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import OpListError
-from amp_conformance.tools.selftest import mutants_backward
-from amp_conformance.tools.selftest.catalogue import CATALOGUE, keep_dtype, override_kernel
+
+CATALOGUE = mutants()
 
 
 def _case(device: str, entry_id: str, dtype: torch.dtype = torch.bfloat16, fake: bool = False,
@@ -186,21 +191,21 @@ def test_fake_sdpa_passes_on_its_casts_and_fails_without_them(absent_device):
     device = absent_device
     case = _case(device, "scaled_dot_product_attention", torch.float16, fake=True)
     observed: dict = {}
-    oplist_checks.check_policy(case, observed)
+    check_policy(case, observed)
     (seen,) = observed.values()
     assert "cast args[0], args[1], args[2] to torch.float16, then raised" in seen, seen
     key = f"Autocast{device.upper() if device == 'xpu' else 'MPS'}"
     undo = keep_dtype("scaled_dot_product_attention", key)()
     try:
         with pytest.raises(ConformanceFailure) as info:
-            oplist_checks.check_policy(case)
+            check_policy(case)
     finally:
         undo()
     message = str(info.value)
     assert "args[0] (torch.float32) was not cast to torch.float16 before the call raised " \
            "(never cast)" in message, message
     assert "An unexpected device type was provided" in message and f"{device} (fake)" in message
-    oplist_checks.check_policy(case)  # restored
+    check_policy(case)  # restored
 
 
 def test_fake_casts_of_the_wrong_dtype_fail():
@@ -213,7 +218,7 @@ def test_fake_casts_of_the_wrong_dtype_fail():
     with overridden("scaled_dot_product_attention", "AutocastMPS", factory):
         with pytest.raises(ConformanceFailure, match=r"was not cast to torch.float16 before the "
                                                      r"call raised \(torch.bfloat16\)"):
-            oplist_checks.check_policy(case)
+            check_policy(case)
 
 
 def test_other_errors_under_fake_still_fail():
@@ -228,7 +233,7 @@ def test_other_errors_under_fake_still_fail():
     with overridden("scaled_dot_product_attention", "AutocastMPS", factory):
         with pytest.raises(ConformanceFailure, match="raised inside autocast: RuntimeError: a "
                                                      "kernel bug"):
-            oplist_checks.check_policy(case)
+            check_policy(case)
     assert fake_casts.limit_of(RuntimeError("a kernel bug")) is None
 
 
@@ -243,6 +248,6 @@ def test_fake_fallbacks_to_an_absent_device_are_checked_by_their_casts(absent_de
     be absent here (where it is not, the fallback runs on it): the first of the devices
     whose list has the entry that is absent, else the item skips saying why."""
     observed: dict = {}
-    oplist_checks.check_policy(_case(absent_device, entry_id, torch.float16, fake=True), observed)
+    check_policy(_case(absent_device, entry_id, torch.float16, fake=True), observed)
     (seen,) = observed.values()
     assert "then raised (a limit of the fake tier" in seen, seen

@@ -5,15 +5,18 @@ import dataclasses
 import pytest
 import torch
 
-from amp_conformance.checks import oplist_checks
 from amp_conformance.checks.case import Case
+from amp_conformance.checks.outside.check import check_outside
+from amp_conformance.checks.policy.check import check_policy
+from amp_conformance.checks.registry import mutants
 from amp_conformance.checks.reproduction import reproduction
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
 from amp_conformance.tools.selftest import runner
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 
 def _run(pytester, monkeypatch, mutant_name=None, *extra):
@@ -22,7 +25,7 @@ def _run(pytester, monkeypatch, mutant_name=None, *extra):
             "--tb=short", *extra]
     if mutant_name is not None:
         monkeypatch.setenv("AMP_CONFORMANCE_MUTANT", mutant_name)
-        args = ["-p", "amp_conformance.tools.selftest.plugin", *args]
+        args = ["-p", "amp_conformance.plugin.mutant", *args]
     return pytester.runpytest(*args)
 
 
@@ -63,14 +66,14 @@ def test_policy_failure_message_names_op_entry_device_and_dtypes():
     undo = CATALOGUE["mm-kept-fp32"].apply()
     try:
         with pytest.raises(ConformanceFailure) as info:
-            oplist_checks.check_policy(case)
+            check_policy(case)
     finally:
         undo()
     message = str(info.value)
     for words in ("torch.mm", "entry mm", "on cpu", "torch.bfloat16",
                   "output dtype torch.float32, expected torch.bfloat16", "reproduce:"):
         assert words in message, message
-    oplist_checks.check_policy(case)  # restored
+    check_policy(case)  # restored
 
 
 def test_reproduction_rebuilds_the_same_inputs():
@@ -91,10 +94,10 @@ def test_outside_error_must_be_the_recorded_one():
     unrelated error outside autocast does not pass for the missing kernel."""
     entry = next(e for e in oplist.load("cpu").entries if e.id == "fft_fft")
     case = Case(Target("cpu"), torch.bfloat16, entry)
-    oplist_checks.check_outside(case)
+    check_outside(case)
     other = Case(Target("cpu"), torch.bfloat16, dataclasses.replace(entry, error_outside="no such message"))
     with pytest.raises(ConformanceFailure) as info:
-        oplist_checks.check_outside(other)
+        check_outside(other)
     message = str(info.value)
     assert "raised outside autocast RuntimeError: 'Unsupported dtype BFloat16'" in message, message
     assert "error_outside = 'no such message'" in message

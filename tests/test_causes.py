@@ -13,7 +13,7 @@ import pytest
 
 from amp_conformance.plugin.report import causes
 
-MUTANT = ("-p", "amp_conformance.tools.selftest.plugin", "--pyargs", "amp_conformance.suite",
+MUTANT = ("-p", "amp_conformance.plugin.mutant", "--pyargs", "amp_conformance.suite",
           "-k", "torch_16-mm or torch_16-addmm", "-p", "no:cacheprovider")
 
 

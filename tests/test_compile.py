@@ -14,14 +14,18 @@ import pytest
 import sympy  # noqa: F401  (see below)
 import torch
 
+from amp_conformance.checks import compiling as backends
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.compile import backends, export, per_entry, regions
+from amp_conformance.checks.compile_regions import export, regions
+from amp_conformance.checks.compile_regions import mutants as mutants_compile
+from amp_conformance.checks.compiled_policy import per_entry
+from amp_conformance.checks.registry import mutants
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema.defects import registry as defect_registry
-from amp_conformance.tools.selftest import mutants_compile
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 # sympy is imported here, at collection: torch imports it lazily (dynamo), and pytester's
 # in-process runs drop every module imported during a run but torch's (tests/conftest.py),

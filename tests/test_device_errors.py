@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_conformance.checks.compile import regions
+from amp_conformance.checks.compile_regions import regions
 
 PACKAGE = Path(__file__).resolve().parent.parent / "amp_conformance"
 
@@ -30,7 +30,7 @@ _CALL = re.compile(r"\b(" + "|".join(ASYNC_ERROR_OPS) + r")\(")
 
 #: (path under amp_conformance/, op) -> why every index it is given is in range
 REVIEWED = {
-    ("checks/training/threads.py", "index_put"):
+    ("checks/threads/check.py", "index_put"):
         "index = randint(0, 3) into a first dimension of size 3",
 }
 

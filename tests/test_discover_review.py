@@ -7,11 +7,13 @@ import torch
 
 from amp_conformance.__main__ import main as cli
 from amp_conformance.checks.case import Case
-from amp_conformance.checks.oplist_checks import check_policy
+from amp_conformance.checks.policy.check import check_policy
+from amp_conformance.checks.registry import mutants
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 
 def _discover(tmp_path, *extra: str) -> dict:

@@ -19,15 +19,16 @@ import pytest
 import torch
 
 from amp_conformance.__main__ import main
-from amp_conformance.checks import oplist_checks
 from amp_conformance.checks.case import Case
+from amp_conformance.checks.coverage import check as coverage
+from amp_conformance.checks.numerics.check import check_numerics
+from amp_conformance.checks.policy.check import check_policy
 from amp_conformance.core.dispatch import OBSERVER_KEY, release_shared, shared_observer
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import OpListError
-from amp_conformance.tools import coverage
 
 
 @contextlib.contextmanager
@@ -90,15 +91,15 @@ def _case(device: str, entry_id: str, dtype: torch.dtype, fake: bool) -> Case:
 )
 def test_fake_cuda_catches_a_broken_kernel_and_restores_state(op, kernel, entry_id, words):
     case = _case("cuda", entry_id, torch.float16, fake=True)
-    oplist_checks.check_policy(case)  # PyTorch's own kernel conforms
+    check_policy(case)  # PyTorch's own kernel conforms
     before = AutocastState.capture("cuda")
     with overridden(op, "AutocastCUDA", kernel):
         with pytest.raises(ConformanceFailure) as info:
-            oplist_checks.check_policy(case)
+            check_policy(case)
     assert words in str(info.value), str(info.value)
     assert f"entry {entry_id}" in str(info.value) and "cuda (fake)" in str(info.value)
     assert AutocastState.capture("cuda") == before, "the failing check left autocast state behind"
-    oplist_checks.check_policy(case)  # restored
+    check_policy(case)  # restored
 
 
 def test_fake_suite_run_fails_naming_the_op(pytester):
@@ -142,15 +143,15 @@ def test_fake_suite_run_fails_naming_the_op(pytester):
 
 def test_cpu_max_pool3d_run_in_lower_precision_is_caught():
     case = _case("cpu", "max_pool3d", torch.bfloat16, fake=False)
-    oplist_checks.check_policy(case)
-    oplist_checks.check_numerics(case)
+    check_policy(case)
+    check_numerics(case)
     with overridden("max_pool3d", "AutocastCPU", max_pool3d_lower):
         with pytest.raises(ConformanceFailure) as info:
-            oplist_checks.check_policy(case)
+            check_policy(case)
     message = str(info.value)
     assert "torch.max_pool3d inside autocast: output dtype torch.bfloat16, expected torch.float32" \
         in message, message
-    oplist_checks.check_policy(case)
+    check_policy(case)
 
 
 # -- (c) coverage ---------------------------------------------------------------------

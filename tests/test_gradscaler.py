@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from amp_conformance.checks.gradscaler import cases, kernels, scaler, training
+from amp_conformance.checks.registry import mutants
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 CPU = Target("cpu")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.oplist_checks import check_policy
+from amp_conformance.checks.policy.check import check_policy
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 

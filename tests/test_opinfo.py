@@ -16,14 +16,16 @@ import torch
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
 from amp_conformance.checks.opinfo import calls, check, judge, reference, source  # noqa: E402
+from amp_conformance.checks.opinfo.report import markdown, operator_surface  # noqa: E402
+from amp_conformance.checks.registry import mutants  # noqa: E402
 from amp_conformance.core import devices  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
 from amp_conformance.core.target import Target  # noqa: E402
-from amp_conformance.plugin.report.surface import markdown, operator_surface  # noqa: E402
 from amp_conformance.schema import departures  # noqa: E402
 from amp_conformance.schema.problems import OpListError  # noqa: E402
 from amp_conformance.tools import atlas  # noqa: E402
-from amp_conformance.tools.selftest.catalogue import CATALOGUE  # noqa: E402
+
+CATALOGUE = mutants()
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = Target("cpu")

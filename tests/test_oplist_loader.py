@@ -121,7 +121,7 @@ REJECTED = [
     ('amp_dtypes = ["float16", "float32"]', "amp_dtypes[1]", "allowed: float16, bfloat16"),
     ('skip = [{check = "polciy", reason = "r"}]', "skip[0].check",
      "unknown check 'polciy'; allowed: \"all\", or one or an array of the per-entry checks "
-     "policy, numerics, outside, legacy"),
+     "backward, compiled_policy, legacy, numerics, outside, policy"),
     ('skip = [{check = ["outside", "legasy"], reason = "r"}]', "skip[0].check",
      "unknown check 'legasy'"),
     ('skip = [{check = [], reason = "r"}]', "skip[0].check", "names no check"),
@@ -267,8 +267,8 @@ def test_a_malformed_extra_list_fails_the_run_listing_every_problem(pytester, tm
 def test_a_builtin_promote_entry_with_one_dtype_per_output_is_checked_outside(tmp_path):
     """`expect` as an array on a builtin-promote entry: outside autocast the same per-output
     dtypes are expected (once a KeyError of the suite, met on PyTorch/XLA's list)."""
-    from amp_conformance.checks import oplist_checks
     from amp_conformance.checks.case import Case
+    from amp_conformance.checks.outside.check import check_outside
     from amp_conformance.core.target import Target
 
     path = write(tmp_path, """
@@ -281,7 +281,7 @@ def test_a_builtin_promote_entry_with_one_dtype_per_output_is_checked_outside(tm
         method = false
         """)
     entry = next(e for e in oplist.load("cpu", [str(path)]).entries if e.id == "two-outputs")
-    oplist_checks.check_outside(Case(Target("cpu"), torch.bfloat16, entry))
+    check_outside(Case(Target("cpu"), torch.bfloat16, entry))
     wrong = write(tmp_path, GOOD.replace('"mm"', '"other"', 1) + """
         [[entry]]
         id = "two-outputs-wrong"
@@ -293,4 +293,4 @@ def test_a_builtin_promote_entry_with_one_dtype_per_output_is_checked_outside(tm
         """, name="wrong.toml")
     entry = next(e for e in oplist.load("cpu", [str(wrong)]).entries if e.id == "two-outputs-wrong")
     with pytest.raises(AssertionError, match="int64"):
-        oplist_checks.check_outside(Case(Target("cpu"), torch.bfloat16, entry))
+        check_outside(Case(Target("cpu"), torch.bfloat16, entry))

@@ -28,18 +28,14 @@ from torch._C import DispatchKey, DispatchKeySet
 from torch.amp import autocast_mode
 
 import amp_conformance.suite
+from amp_conformance.checks import profiles
+from amp_conformance.checks.custom_fwd import check as cfp
+from amp_conformance.checks.policy import property as policy_properties
+from amp_conformance.checks.regions import machine as regions
 from amp_conformance.core.casting import is_eligible
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState, StateLeak
 from amp_conformance.core.target import Target
-from amp_conformance.properties import custom_fwd as cfp
-from amp_conformance.properties import (
-    policy as policy_properties,
-)
-from amp_conformance.properties import (
-    profiles,
-    regions,
-)
 
 CPU = Target("cpu")
 SUITE = Path(amp_conformance.suite.__file__).parent
@@ -538,9 +534,10 @@ def test_eligibility_check_catches_addmm_casting_other_device():
     """On cpu the other device is meta: torch.addmm(meta scalar, m, m) enters the
     AutocastCPU kernel and fails on the device mix only after casting, so the check counts
     the casts of the meta tensor; a kernel that casts every floating tensor is caught."""
-    import amp_conformance.tools.selftest.mutants_eligibility  # noqa: F401 (registers it)
+    import amp_conformance.checks.eligibility.mutants  # noqa: F401 (registers it)
+    from amp_conformance.checks.registry import mutants
     from amp_conformance.suite import test_eligibility as eligibility
-    from amp_conformance.tools.selftest.catalogue import CATALOGUE
+    CATALOGUE = mutants()
 
     eligibility.test_other_device_is_not_cast(CPU, torch.bfloat16)  # the real kernel passes
     undo = CATALOGUE["addmm-casts-other-device"].apply()
@@ -571,12 +568,12 @@ def test_cuda_bfloat16_check_catches_autocast_accepting_it(monkeypatch, has_bf16
     """The bfloat16 refusal of a CUDA device, run here by making torch believe CUDA is
     there: a GPU without bfloat16, or one with it (the check then emulates one without).
     The real torch.autocast passes; one that ignores the capability is caught."""
-    from amp_conformance.suite import test_errors as error_checks
+    from amp_conformance.checks.errors import check as error_checks
 
     monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: has_bf16)
     cuda = Target("cuda")
-    error_checks.test_cuda_bfloat16_unsupported_raises(cuda)
+    error_checks.check_cuda_bfloat16_unsupported_raises(cuda)
     real_init = autocast_mode.autocast.__init__
 
     def accepting_init(self, *args, **kwargs):
@@ -584,8 +581,8 @@ def test_cuda_bfloat16_check_catches_autocast_accepting_it(monkeypatch, has_bf16
             real_init(self, *args, **kwargs)
 
     monkeypatch.setattr(autocast_mode.autocast, "__init__", accepting_init)
-    with pytest.raises(pytest.fail.Exception, match="was accepted: a CUDA device without"):
-        error_checks.test_cuda_bfloat16_unsupported_raises(cuda)
+    with pytest.raises(ConformanceFailure, match="was accepted: a CUDA device without"):
+        error_checks.check_cuda_bfloat16_unsupported_raises(cuda)
 
 
 # -- through pytest: what a user sees ------------------------------------------------
@@ -636,7 +633,7 @@ def test_suite_failure_shows_shrunk_example_and_reproduction(inner_run):
 
 def test_profile_option_selects_profile(inner_run):
     inner_run.makepyfile(test_which="""
-        from amp_conformance.properties import profiles
+        from amp_conformance.checks import profiles
 
         def test_which():
             assert profiles.selected_name() == "nightly"

@@ -18,10 +18,12 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 from torch.amp import autocast_mode
 
+from amp_conformance.checks import profiles
+from amp_conformance.checks.policy import params as policy_params
+from amp_conformance.checks.policy import property as policy_properties
+from amp_conformance.checks.regions import machine as regions
 from amp_conformance.core.target import Target
 from amp_conformance.plugin.options import Settings
-from amp_conformance.properties import policy as policy_properties
-from amp_conformance.properties import profiles, regions
 from amp_conformance.suite import test_properties as suite
 from tests.test_properties_catch import plant_inheriting_threads
 
@@ -122,7 +124,7 @@ def test_policy_without_candidates_keeps_one_skipped_item(monkeypatch):
     real = policy_properties.candidates
     monkeypatch.setattr(policy_properties, "candidates", lambda target, dtype, policy, *a:
                         [] if policy == "promote" else real(target, dtype, policy, *a))
-    params = suite.policy_op_params(Settings("cpu", (torch.bfloat16,), "bitwise", False))
+    params = policy_params.policy_op_params(None, Settings("cpu", (torch.bfloat16,), "bitwise", False))
     promote = [p for p in params if p.values[0] == "promote"]
     assert [p.id for p in promote] == ["promote"] and promote[0].values[1] is None
     (mark,) = promote[0].marks

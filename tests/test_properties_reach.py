@@ -2,7 +2,7 @@
 
 A property passes when no example fails; that proves little if its examples never reach
 an assertion (both sides raise, nothing is cast, the device's kernel is never entered).
-Each property labels what its examples exercised (``properties/statistics.py``); these
+Each property labels what its examples exercised (``checks/statistics.py``); these
 tests run every property at the suite's own ``ci`` profile (derandomized, 25 examples)
 and assert floors on the shares, so a generator that stops reaching its assertions fails
 here rather than passing silently in the suite. The floors sit below what the generators
@@ -19,11 +19,11 @@ import torch
 from torch.amp import autocast_mode
 
 import amp_conformance.suite
+from amp_conformance.checks import profiles, statistics
+from amp_conformance.checks.custom_fwd import check as cfp
+from amp_conformance.checks.policy import property as policy_properties
+from amp_conformance.checks.strategies import FORMS, Sizes, tensor_count
 from amp_conformance.core.target import Target
-from amp_conformance.properties import custom_fwd as cfp
-from amp_conformance.properties import policy as policy_properties
-from amp_conformance.properties import profiles, statistics
-from amp_conformance.properties.strategies import FORMS, Sizes, tensor_count
 
 SUITE = Path(amp_conformance.suite.__file__).parent
 TARGETS = [Target("cpu"), Target("cuda", fake=True)]
@@ -146,7 +146,7 @@ def test_reach_shown_with_hypothesis_statistics(inner_run):
     ran a property carries it as a user property (JUnit XML, the report)."""
     result = inner_run.runpytest(
         str(SUITE / "test_custom_fwd.py"), "-k", "cast_inputs and bfloat16",
-        "-p", "amp_conformance.properties.statistics", "--hypothesis-show-statistics",
+        "-p", "amp_conformance.checks.statistics", "--hypothesis-show-statistics",
         "-p", "no:randomly", "--junitxml", "report.xml")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from amp_conformance.checks import profiles
+from amp_conformance.checks.policy import property as policy_properties
+from amp_conformance.checks.strategies import FORMS, Lit, Sizes
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import session_settings
-from amp_conformance.properties import policy as policy_properties
-from amp_conformance.properties import profiles
-from amp_conformance.properties.strategies import FORMS, Lit, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fakegpu"
@@ -29,7 +29,7 @@ SUITE = ("--pyargs", "amp_conformance.suite.test_properties", "-p", "no:randomly
 HOOK = session_settings.FORMS_HOOK
 #: prelu is a lower-precision op of the cpu lists that FORMS does not call
 PRELU_HOOK = f"""
-from amp_conformance.properties.strategies import Lit
+from amp_conformance.checks.strategies import Lit
 
 def {HOOK}(config, device):
     return {{"prelu": lambda s: ((s.m, s.n), (s.n,))}}
@@ -107,7 +107,7 @@ def test_results_merge_in_call_order_over_FORMS(pytester):
         "hook-raises"])
 def test_a_malformed_hook_result_is_a_usage_error_naming_hook_and_key(inner_run, body, message):
     inner_run.makeconftest(f"""
-        from amp_conformance.properties.strategies import Lit
+        from amp_conformance.checks.strategies import Lit
 
         def {HOOK}(config, device):
             {body}

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from amp_conformance.checks import registry
-from amp_conformance.properties.call_forms import FORMS
+from amp_conformance.checks.call_forms import FORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -34,7 +34,7 @@ def test_checks_page_lists_the_ops_the_properties_call():
     shown = re.findall(r"`([^`]+)`", text[start + len(begin):stop])
     assert shown == sorted(FORMS), (
         "docs/checks.md's list of the ops the properties call differs from call_forms.FORMS; "
-        "paste: python -c \"from amp_conformance.properties.call_forms import FORMS; "
+        "paste: python -c \"from amp_conformance.checks.call_forms import FORMS; "
         "print(', '.join(f'`{k}`' for k in sorted(FORMS)))\"")
 
 

@@ -15,7 +15,8 @@ import torch
 
 from amp_conformance.checks import defects as verdicts
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.oplist_checks import check_numerics, check_policy
+from amp_conformance.checks.numerics.check import check_numerics
+from amp_conformance.checks.policy.check import check_policy
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 from amp_conformance.plugin.report.render import render_markdown
@@ -157,7 +158,7 @@ def test_the_report_lists_the_defects_the_device_met(tmp_path):
 
 
 def test_checks_outside_the_lists_name_a_defect_by_its_symptom(monkeypatch):
-    from amp_conformance.checks.training import cache
+    from amp_conformance.checks.cache_interactions import check as cache
 
     def failing(message):
         def run():

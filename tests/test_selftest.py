@@ -8,8 +8,12 @@ import sys
 import pytest
 import torch
 
-from amp_conformance.tools.selftest import mutants_numerics, runner
-from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant, register
+from amp_conformance.checks.mutation import Mutant, register
+from amp_conformance.checks.numerics import mutants as mutants_numerics
+from amp_conformance.checks.registry import mutants
+from amp_conformance.tools.selftest import runner
+
+CATALOGUE = mutants()
 
 #: A fast, representative part of the campaign for CI: a wrong policy, wrong numerics,
 #: region state, the cast cache, an error path, and a fake-tier AutocastCUDA kernel (a
@@ -126,7 +130,7 @@ _FAILED = """\
 F                                                                        [100%]
 =================================== FAILURES ===================================
 _____________ test_policy[cpu-bfloat16-torch_16-mm] _____________
-amp_conformance/checks/oplist_checks.py:1: in check_policy
+amp_conformance/checks/policy/check.py:1: in check_policy
 E   amp_conformance.core.errors.ConformanceFailure: torch.mm [entry mm] on cpu:
 E     torch.mm inside autocast: output dtype torch.float32, expected x
 =========================== short test summary info ============================
@@ -152,11 +156,11 @@ _TWO_FAILED = """\
 FF                                                                       [100%]
 =================================== FAILURES ===================================
 _____________ test_policy[cpu-bfloat16-torch_16-mm] _____________
-amp_conformance/checks/oplist_checks.py:1: in check_policy
+amp_conformance/checks/policy/check.py:1: in check_policy
 E   amp_conformance.core.errors.ConformanceFailure: torch.mm [entry mm] on cpu:
 E     something else went wrong
 _____________ test_policy[cpu-float16-torch_16-addmm] _____________
-amp_conformance/checks/oplist_checks.py:1: in check_policy
+amp_conformance/checks/policy/check.py:1: in check_policy
 E   amp_conformance.core.errors.ConformanceFailure: torch.addmm [entry addmm] on cpu:
 E     torch.addmm inside autocast: output dtype torch.float32, expected x
 =========================== short test summary info ============================
@@ -319,7 +323,7 @@ def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, mo
     form) fails it, naming the op and a sample past the second."""
     mutant = CATALOGUE[name]
     monkeypatch.setenv("AMP_CONFORMANCE_MUTANT", name)
-    args = ["-p", "amp_conformance.tools.selftest.plugin", "--pyargs", "amp_conformance.suite",
+    args = ["-p", "amp_conformance.plugin.mutant", "--pyargs", "amp_conformance.suite",
             "-k", mutant.select, *mutant.suite_options(), "-p", "no:cacheprovider"]
     two = pytester.runpytest(*args, "--amp-opinfo-samples", "2")
     assert two.ret == pytest.ExitCode.OK, two.stdout.str()[-2000:]

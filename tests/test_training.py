@@ -6,12 +6,18 @@ import contextlib
 import pytest
 import torch
 
-from amp_conformance.checks.training import NotApplicable, api, cache, checkpointing, rnn, threads
+from amp_conformance.checks.api_surface import check as api
+from amp_conformance.checks.cache_interactions import check as cache
+from amp_conformance.checks.checkpoint import check as checkpointing
+from amp_conformance.checks.registry import mutants
+from amp_conformance.checks.rnn_modules import check as rnn
+from amp_conformance.checks.threads import check as threads
 from amp_conformance.core import hardware
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 CPU = Target("cpu")
 FAKE_CUDA = Target("cuda", fake=True)

@@ -27,8 +27,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from amp_conformance.checks import defects, oplist_checks
+from amp_conformance.checks import defects
 from amp_conformance.checks.case import Case
+from amp_conformance.checks.coverage import check as coverage
+from amp_conformance.checks.mutation import override_kernel
+from amp_conformance.checks.policy.check import check_policy
 from amp_conformance.core import devices
 from amp_conformance.core.dispatch import release_shared, shared_observer
 from amp_conformance.core.errors import ConformanceFailure
@@ -36,8 +39,6 @@ from amp_conformance.core.target import Target
 from amp_conformance.plugin.parametrize import not_applicable
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import Entry
-from amp_conformance.tools import coverage
-from amp_conformance.tools.selftest.catalogue import override_kernel
 
 #: the policies whose whole point is a cast
 CASTING = ("lower", "fp32", "fp32_opt_dtype", "promote")
@@ -57,7 +58,7 @@ def _fresh_observers():
 def _passes(case: Case) -> bool:
     """The policy verdict as the suite gives it (a reference defect's behaviour passes too)."""
     try:
-        defects.verdict(case, oplist_checks.check_policy, lambda key, value: None)
+        defects.verdict(case, check_policy, lambda key, value: None)
     except ConformanceFailure:
         return False
     return True

@@ -7,23 +7,25 @@ import re
 import pytest
 import torch
 
+from amp_conformance.checks.registry import mutants
 from amp_conformance.checks.wrappers import (
     DeclarationError,
     failure,
     forward,
     forward_contract,
     nesting,
+    planted,
     region,
     validate,
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase, cases
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
-from amp_conformance.tools.selftest import planted
-from amp_conformance.tools.selftest.catalogue import CATALOGUE
+
+CATALOGUE = mutants()
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_wrappers")
-PLANTED = "amp_conformance.tools.selftest.planted"
+PLANTED = "amp_conformance.checks.wrappers.planted"
 ID = re.compile(r"(test_wrapper_\w+\[[^\]]+\])")
 REGION, FORWARD = planted.REFERENCE
 
@@ -68,7 +70,7 @@ def test_fallback_needs_its_dtype_and_other_objects_are_refused():
 def test_bad_declaration_through_the_option_is_a_usage_error(pytester):
     pytester.makepyfile(bad_decl="""
         import dataclasses
-        from amp_conformance.tools.selftest.planted import REFERENCE
+        from amp_conformance.checks.wrappers.planted import REFERENCE
         BAD = dataclasses.replace(REFERENCE[0], unknown="ignore")
         def make():
             return [REFERENCE[1], 42]

@@ -1,5 +1,5 @@
 """Which part of an xdist run a process plays (plugin/xdist_roles.py), and what the
-controller therefore leaves to its workers (op_db's import, plugin/options.py)."""
+controller therefore leaves to its workers (op_db's import, checks/opinfo/tier.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from amp_conformance.checks.opinfo import source
-from amp_conformance.plugin import options
+from amp_conformance.checks.opinfo.tier import TIER as opinfo_tier
+from amp_conformance.checks.tier import Run
 from amp_conformance.plugin.xdist_roles import (
     DIST_KEY,
     is_worker,
@@ -56,8 +57,12 @@ def test_an_xdist_controller_leaves_op_db_to_its_workers(monkeypatch):
     monkeypatch.setattr(source, "op_db", lambda: imported.append(True))
     checked = []
     monkeypatch.setattr(source, "check_installed", lambda: checked.append(True))
-    assert options._opinfo(_Config(numprocesses=2))["opinfo"] is True
+    def resolve(config: _Config) -> dict:
+        return dict(opinfo_tier.resolve(config, Run("cpu", lambda name: [],
+                                                    controller=is_xdist_controller(config))))
+
+    assert resolve(_Config(numprocesses=2))["opinfo"] is True
     assert (checked, imported) == ([True], [])
-    options._opinfo(_Config())  # serial: imports it, as the items need it
-    options._opinfo(_Config(workerinput={DIST_KEY: "load"}))  # a worker, likewise
+    resolve(_Config())  # serial: imports it, as the items need it
+    resolve(_Config(workerinput={DIST_KEY: "load"}))  # a worker, likewise
     assert (checked, imported) == ([True], [True, True])

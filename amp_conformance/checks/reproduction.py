@@ -10,7 +10,7 @@ from amp_conformance.checks.case import Case
 from amp_conformance.core.casting import output_dtypes
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.schema import argspec
-from amp_conformance.schema.oplist import Entry
+from amp_conformance.schema.oplist import Entry, variants
 
 
 def describe(case: Case) -> str:
@@ -74,3 +74,12 @@ def _dtype_problems(name: str, out: Any, expected: Any, where: str) -> list[str]
         shown = got[0] if len(got) == 1 else got
         return [f"{name} {where}: output dtype {shown}, expected {expected}"]
     return []
+
+
+def callables(case: Case) -> list[tuple[str, Any]]:
+    """The entry's variants (the namespace function, the Tensor method) as (name, function);
+    an entry with none in this torch is a failure of its own."""
+    found = variants(case.entry)
+    if not found:
+        raise ConformanceFailure(f"{describe(case)}: no callable found for {case.entry.qualname}")
+    return found

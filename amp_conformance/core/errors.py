@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
 class ConformanceFailure(AssertionError):
     """An autocast behaviour that departs from what is expected."""
+
+
+class NotApplicable(Exception):
+    """A check that does not apply here (this machine, this torch, this device); the suite
+    reports it skipped with the message as its reason, never passed."""
 
 
 def first_line(message: Any, limit: int | None = None) -> str:
@@ -25,3 +31,15 @@ def first_line(message: Any, limit: int | None = None) -> str:
 def describe_error(exc: BaseException, limit: int | None = None) -> str:
     """``TypeName: first line`` of an exception, cut to ``limit``."""
     return first_line(f"{type(exc).__name__}: {first_line(exc)}", limit)
+
+
+def headline(message: str | None) -> str:
+    """The line that says what went wrong: the first, and the next where the first only
+    introduces it ("torch.mm [entry mm, ...] on cpu, autocast dtype torch.bfloat16:")."""
+    text = re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", (message or "").strip())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

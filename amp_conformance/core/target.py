@@ -116,3 +116,16 @@ def _switched_autocast(
 
 def fake_supported(device: str) -> bool:
     return device != "cpu" and devices.has_autocast_kernels(device)
+
+
+#: Why checks that build an autograd graph do not run under ``--fake``: the autograd
+#: metadata of a tensor asks the device's guard implementation, which a build without
+#: the device lacks (a CPU build aborts the whole process, it does not raise).
+FAKE_AUTOGRAD = ("not applicable in --fake mode: autograd on fake {device} tensors needs the "
+                 "device (the autograd engine asks for the device's guard implementation; a "
+                 "build without it aborts the process)")
+
+
+def fake_autograd_reason(target: Target) -> str | None:
+    """The skip reason for a check that needs autograd, or None on a real device."""
+    return FAKE_AUTOGRAD.format(device=target.device) if target.fake else None

@@ -7,31 +7,30 @@ device when the run collects the conformance suite.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-from amp_conformance.checks.wrappers.declare import ForwardDecorator, RegionFactory
+from amp_conformance.checks import profiles
 from amp_conformance.core import dispatch
+from amp_conformance.core.errors import NotApplicable
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
 from amp_conformance.plugin.items import is_conformance
 from amp_conformance.plugin.options import Settings
-from amp_conformance.properties import profiles
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
 pytest_plugins = (  # each before the modules that import it, so pytest rewrites it
     "amp_conformance.plugin.vendor",
-    "amp_conformance.plugin.verdict",
     "amp_conformance.plugin.report.collect",
-    "amp_conformance.properties.statistics",
+    "amp_conformance.plugin.outcomes",
+    "amp_conformance.plugin.verdict",
+    "amp_conformance.plugin.statistics",
     "amp_conformance.plugin.quarantine",
     "amp_conformance.plugin.health",
-    "amp_conformance.plugin.outcomes",
     "amp_conformance.plugin.processes",
     "amp_conformance.plugin.distribution",
+    "amp_conformance.plugin.tiers",
 )
 
 MARKERS = (
@@ -89,33 +88,6 @@ def pytest_cmdline_main(config: pytest.Config):
     return None
 
 
-#: the wrapper tier's suite module: collected only where a wrapper is declared
-WRAPPER_SUITE = Path(__file__).resolve().parent.parent / "suite" / "test_wrappers.py"
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave the wrapper tier out of a run that declares no wrapper (``--wrapper``, the
-    wrappers hook) claiming its device: not one item, not one skip."""
-    if collection_path.name != WRAPPER_SUITE.name or collection_path.resolve() != WRAPPER_SUITE:
-        return None
-    s = settings(config)
-    return True if not any(s.device in w.devices for w in s.wrappers) else None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
-    """In the wrapper tier, no region (forward) function where no declared region factory
-    (forward decorator) claims the device: no "empty parameter set" skip."""
-    if name not in _WRAPPER_KINDS or getattr(collector, "path", None) != WRAPPER_SUITE:
-        return None
-    s = settings(collector.config)
-    kind = _WRAPPER_KINDS[name]
-    return None if any(isinstance(w, kind) and s.device in w.devices for w in s.wrappers) else []
-
-
-_WRAPPER_KINDS = {"test_wrapper_region": RegionFactory, "test_wrapper_forward": ForwardDecorator}
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     s = settings(config)
     dtypes = ", ".join(str(d).removeprefix("torch.") for d in s.amp_dtypes)
@@ -128,6 +100,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize.parametrize(metafunc, settings(metafunc.config))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """A check that does not apply here raises NotApplicable: its item is skipped with the
+    reason, never passed."""
+    try:
+        return (yield)
+    except NotApplicable as exc:
+        if not is_conformance(pyfuncitem):
+            raise
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -34,12 +34,11 @@ from typing import Any
 import pytest
 import torch
 
-from amp_conformance.core.errors import describe_error
+from amp_conformance.core.errors import describe_error, headline
 from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.items import LOST_PROPERTY, has_conformance_items, is_conformance
-from amp_conformance.plugin.report.banner import headline
 from amp_conformance.plugin.session_settings import settings
-from amp_conformance.plugin.verdict import DEVICE_LOST
+from amp_conformance.plugin.verdict import DEVICE_LOST, STOP
 from amp_conformance.plugin.xdist_roles import (
     DIST_KEY,
     is_worker,
@@ -48,8 +47,6 @@ from amp_conformance.plugin.xdist_roles import (
     worker_input,
 )
 
-#: how the stop message starts (pytest's Failed, an xdist controller's Interrupted)
-STOP = "amp-conformance: DEVICE LOST"
 HOOK = "pytest_amp_conformance_device_health"
 #: what a lost device says, besides the backend's own words
 WORDS = ("AcceleratorError", "device-side assert", "CUDA error", "illegal memory access",
@@ -218,11 +215,6 @@ def _replaceable(config: pytest.Config) -> bool:
 def lost(config: pytest.Config) -> list[dict[str, Any]]:
     """The device losses this session saw: ``{nodeid, worker, reason}`` each."""
     return config.stash.get(_LOST, [])
-
-
-def is_loss_stop(exc: BaseException) -> bool:
-    """Whether an interruption is a session stopped for a lost device."""
-    return str(exc).startswith(STOP)
 
 
 WATCH, OBSERVER = "amp-conformance-health-watch", "amp-conformance-health"

@@ -68,7 +68,7 @@ def pytest_amp_conformance_property_forms(config: pytest.Config, device: str
     """How the policy properties call the device's own ops: ``{op_name: form}``.
 
     ``op_name`` is the ``op`` of the device's op-list entries; ``form`` takes an
-    ``amp_conformance.properties.call_forms.Sizes`` (generated ``b, m, k, n, count``) and
+    ``amp_conformance.checks.call_forms.Sizes`` (generated ``b, m, k, n, count``) and
     returns the argument tuple, exactly like the values of ``call_forms.FORMS``: a tensor
     as its shape (a tuple of ints), ``Many((shape, ...))`` for a list of tensors,
     ``Lit(value)`` for a literal. E.g. ``{"layer_norm": lambda s: ((s.m, s.n),

@@ -18,7 +18,7 @@ MARKER = "amp_check"
 #: the user properties a conformance item's reports may carry, read by the report:
 #: what the item is (set at collection),
 ITEM_PROPERTY = "amp_item"
-#: the dtypes its calls gave (checks.oplist_checks),
+#: the dtypes its calls gave (the policy check),
 OBSERVED_PROPERTY = "amp_observed"
 #: its reference-defect verdict (checks.defects.PROPERTY),
 DEFECT_PROPERTY = "amp_defect"
@@ -43,12 +43,17 @@ def has_conformance_items(items: list[pytest.Item]) -> bool:
     return any(is_conformance(item) for item in items)
 
 
-def checks_of(obj: Any) -> list[str]:
-    """The checks a suite function declares, read before it is an item (at collection)."""
+def checks_of(obj: Any, module: Any = None) -> list[str]:
+    """The checks a suite function declares, read before it is an item (at collection):
+    its own marks, and its module's ``pytestmark``."""
     if not inspect.isfunction(obj):
         return []
-    marks = getattr(obj, "pytestmark", [])
+    marks = [*getattr(obj, "pytestmark", []), *_listed(getattr(module, "pytestmark", []))]
     return [m.args[0] for m in marks if getattr(m, "name", None) == MARKER and m.args]
+
+
+def _listed(marks: Any) -> list[Any]:
+    return list(marks) if isinstance(marks, (list, tuple)) else [marks]
 
 
 def info_of(report: Any) -> dict[str, Any] | None:

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from amp_conformance.checks import registry
 from amp_conformance.core import generated
 from amp_conformance.core.resolve import SettingsError
 from amp_conformance.core.resolve import resolve as resolve_run
 from amp_conformance.core.target import Target
-from amp_conformance.plugin.xdist_roles import is_xdist_controller
 
 #: Short aliases and the canonical option each stands for.
 ALIASES = {"--device": "--amp-device", "--numerics": "--amp-numerics", "--fake": "--amp-fake",
@@ -97,27 +97,6 @@ _OPTIONS = {
     ),
     "--amp-hypothesis-profile": dict(dest="amp_hypothesis_profile", default="ci", choices=(
         "ci", "dev", "nightly"), help="Hypothesis profile of the property checks (default: ci)"),
-    "--wrapper": dict(
-        dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
-        help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory or "
-             "ForwardDecorator (amp_conformance.checks.wrappers), a list of them, or a "
-             "callable returning either; repeatable; opt-in (no wrapper item without it)",
-    ),
-    "--amp-opinfo": dict(
-        dest="amp_opinfo", action="store_true", default=False,
-        help="also run every OpInfo of PyTorch's op_db (every sample form) under the device's "
-             "autocast against the declared policy; opt-in (no item without it; needs expecttest)",
-    ),
-    "--amp-opinfo-samples": dict(
-        dest="amp_opinfo_samples", default=None, metavar="forms|all|N",
-        help="which samples of each OpInfo and build dtype the --amp-opinfo tier judges: "
-             "forms (default: the fewest that show every argument form), all, or the first N",
-    ),
-    "--amp-compile": dict(
-        dest="amp_compile", default=None, metavar="BACKEND",
-        help="also run every op-list entry's policy check through torch.compile with this "
-             "backend (eager, aot_eager, inductor, a vendor's) and compare with eager",
-    ),
 }
 
 
@@ -125,7 +104,7 @@ def value_options() -> frozenset[str]:
     """The suite's options (aliases too) that take a value: ``--device cuda``'s ``cuda`` is
     no test path (``python -m amp_conformance run`` reads its pytest arguments)."""
     flags = ("store_true", "store_false")
-    names = {n for n, kw in _OPTIONS.items() if kw.get("action") not in flags}
+    names = {n for n, kw in all_options().items() if kw.get("action") not in flags}
     return frozenset(names | {alias for alias, canonical in ALIASES.items() if canonical in names})
 
 
@@ -155,9 +134,17 @@ def positional_paths(pytest_args: list[str]) -> list[str]:
     return paths
 
 
+def all_options() -> dict[str, Mapping[str, Any]]:
+    """The suite's options, then each opt-in tier's (:mod:`amp_conformance.checks.tier`)."""
+    found: dict[str, Mapping[str, Any]] = dict(_OPTIONS)
+    for tier in registry.tiers():
+        found.update(tier.options)
+    return found
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("amp-conformance", "autocast conformance suite")
-    for name, kwargs in _OPTIONS.items():
+    for name, kwargs in all_options().items():
         group.addoption(name, **kwargs)
 
 
@@ -177,7 +164,7 @@ def add_aliases(parser: pytest.Parser) -> list[str]:
     for alias, canonical in ALIASES.items():
         if alias in taken:
             continue
-        group.addoption(alias, **{**_OPTIONS[canonical], "help": f"alias of {canonical}"})
+        group.addoption(alias, **{**all_options()[canonical], "help": f"alias of {canonical}"})
         added.append(alias)
     return added
 
@@ -204,6 +191,10 @@ class Settings:
     #: the wrapper declarations of ``--wrapper`` and ``pytest_amp_conformance_wrappers``,
     #: validated (the wrapper tier, suite/test_wrappers.py; empty: not collected)
     wrappers: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    #: what the vendor declared: capabilities, expected failures (plugin.vendor.Declarations)
+    declarations: Any = field(default=None, compare=False, repr=False)
+    #: what an opt-in tier resolved beyond the fields above (a new tier's settings)
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def target(self) -> Target:
@@ -226,52 +217,7 @@ def resolve(config: pytest.Config) -> Settings:
         numerics=config.getoption("amp_numerics") or "bitwise",
         fake=fake,
         oplists=tuple(config.getoption("amp_oplists")),
-        compile_backend=_compile_backend(config),
-        **_opinfo(config),
     )
-
-
-def _compile_backend(config: pytest.Config) -> str | None:
-    """--amp-compile, validated against the backends torch.compile knows (after the
-    --backend-module imports, which may register one)."""
-    name = config.getoption("amp_compile")
-    if name is None:
-        return None
-    from amp_conformance.checks.compile.backends import UnknownBackend, validate
-
-    try:
-        return validate(name)
-    except UnknownBackend as exc:
-        raise pytest.UsageError(f"amp-conformance: {exc}") from None
-
-
-def _opinfo(config: pytest.Config) -> dict[str, Any]:
-    """--amp-opinfo and --amp-opinfo-samples, validated; op_db imported here, once, only
-    when the tier is on (a torch whose op_db does not import is a usage error), except in
-    an xdist controller."""
-    raw = config.getoption("amp_opinfo_samples", default=None)
-    on = bool(config.getoption("amp_opinfo", default=False))
-    from amp_conformance.checks.opinfo import source
-
-    samples: int | str = source.DEFAULT_SAMPLES
-    if raw is not None:
-        if raw in ("forms", "all"):
-            samples = raw
-        elif raw.isdigit() and int(raw) > 0:
-            samples = int(raw)
-        else:
-            raise pytest.UsageError(f"amp-conformance: --amp-opinfo-samples {raw!r}: expected "
-                                    "'forms', 'all' or a positive number of samples")
-        if not on:
-            raise pytest.UsageError("amp-conformance: --amp-opinfo-samples needs --amp-opinfo")
-    if on:
-        try:
-            # The xdist controller runs no OpInfo item: it checks what is installed, and
-            # starts its workers 2.5 s sooner; each worker imports op_db.
-            source.check_installed() if is_xdist_controller(config) else source.op_db()
-        except source.OpDbUnavailable as exc:
-            raise pytest.UsageError(f"amp-conformance: {exc}") from None
-    return {"opinfo": on, "opinfo_samples": samples}
 
 
 #: docs/options.md's markers around the generated option table
@@ -280,11 +226,11 @@ END = "<!-- end of generated options -->"
 
 
 def options_markdown() -> str:
-    """The option table of docs/options.md: each option of ``_OPTIONS``, its alias, value,
-    default and help text."""
+    """The option table of docs/options.md: each option of the suite and of its opt-in
+    tiers, its alias, value, default and help text."""
     aliases = {canonical: alias for alias, canonical in ALIASES.items()}
     rows = ["| option | value | default | what it does |", "| --- | --- | --- | --- |"]
-    for name, kwargs in _OPTIONS.items():
+    for name, kwargs in all_options().items():
         shown = f"`{name}`" + (f" (alias `{aliases[name]}`)" if name in aliases else "")
         if kwargs.get("action") == "store_true":
             value = "—"

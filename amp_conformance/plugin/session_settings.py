@@ -6,7 +6,7 @@ call validates them (a bad device, dtype, op list or property form is a pytest u
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -15,16 +15,17 @@ from typing import Any
 
 import pytest
 
+from amp_conformance.checks import registry
+from amp_conformance.checks.call_forms import FORMS, Lit, Many, Sizes
 from amp_conformance.checks.case import load_oplist
-from amp_conformance.checks.wrappers import declare
+from amp_conformance.checks.tier import Run
 from amp_conformance.plugin import options, vendor
 from amp_conformance.plugin.options import Settings
-from amp_conformance.properties.call_forms import FORMS, Lit, Many, Sizes
+from amp_conformance.plugin.xdist_roles import is_xdist_controller
 from amp_conformance.schema import oplist
 from amp_conformance.schema.oplist import OpList, OpListError
 
 FORMS_HOOK = "pytest_amp_conformance_property_forms"
-WRAPPERS_HOOK = "pytest_amp_conformance_wrappers"
 #: the sizes a hook's form is tried on while the settings are resolved
 _PROBE = Sizes(2, 3, 4, 5, 2)
 
@@ -43,9 +44,30 @@ def settings(config: pytest.Config) -> Settings:
         hooked = {str(Path(p)) for p in vendor.declarations(config).hook_oplists}
         _check_lists(resolved, lists, hooked)
         resolved = replace(resolved, forms=property_forms(config, resolved.device),
-                           wrappers=wrappers(config, resolved.device))
+                           declarations=vendor.declarations(config),
+                           **tier_settings(config, resolved.device))
         config.stash[_SETTINGS] = resolved
     return config.stash[_SETTINGS]
+
+
+def tier_settings(config: pytest.Config, device: str) -> dict[str, Any]:
+    """The settings fields each opt-in tier resolves from its options and hooks."""
+    def hooks(name: str) -> list[tuple[str, Any]]:
+        try:
+            return vendor.hook_results(config, name, device)
+        except vendor.DeclarationError as exc:
+            raise pytest.UsageError(f"amp-conformance: {exc}") from None
+
+    run = Run(device, hooks, controller=is_xdist_controller(config))
+    known = {f.name for f in dataclasses.fields(Settings)}
+    fields: dict[str, Any] = {"extra": {}}
+    for tier in registry.tiers():
+        for key, value in tier.resolve(config, run).items():
+            if key in known:
+                fields[key] = value
+            else:
+                fields["extra"][key] = value
+    return fields
 
 
 def _check_lists(resolved: Settings, lists: OpList, hooked: set[str]) -> None:
@@ -118,68 +140,3 @@ def _form_problem(key: Any, form: Any) -> str | None:
 def _is_shape(value: Any) -> bool:
     return isinstance(value, tuple) and all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
-
-
-# -- the wrapper tier's declarations ------------------------------------------------------
-
-
-def wrappers(config: pytest.Config, device: str) -> tuple[declare.Wrapper, ...]:
-    """The declarations of the wrappers hooks (in call order), then of ``--wrapper``, each
-    validated (:func:`declare.validate`); a bad one, or a name declared twice, is a usage
-    error naming the hook implementation or the option, the wrapper and the field."""
-    try:
-        found = [(where, d) for where, result in vendor.hook_results(config, WRAPPERS_HOOK,
-                                                                     device)
-                 for d in _declarations(where, result)]
-    except vendor.DeclarationError as exc:
-        raise pytest.UsageError(f"amp-conformance: {exc}") from None
-    for spec in config.getoption("amp_wrappers") or []:
-        where = f"--wrapper {spec}"
-        found += [(where, d) for d in _declarations(where, _load_wrapper(where, spec))]
-    named: dict[str, str] = {}
-    for where, decl in found:
-        try:
-            declare.validate(decl)
-        except declare.DeclarationError as exc:
-            raise pytest.UsageError(f"amp-conformance: {where}: {exc}") from None
-        if decl.name in named:
-            raise pytest.UsageError(f"amp-conformance: {where}: wrapper {decl.name!r}: name: "
-                                    f"declared twice (also by {named[decl.name]})")
-        named[decl.name] = where
-    return tuple(decl for _, decl in found)
-
-
-def _load_wrapper(where: str, spec: str) -> Any:
-    """The object ``MODULE:NAME`` names (NAME may be dotted); a zero-argument callable that
-    is no declaration is called."""
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise pytest.UsageError(f"amp-conformance: {where}: expected MODULE:NAME, e.g. "
-                                "mylib.amp_decl:REGION")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise pytest.UsageError(f"amp-conformance: {where}: cannot load it: "
-                                f"{type(exc).__name__}: {exc}") from None
-    if callable(obj) and not isinstance(obj, (*_KINDS, list, tuple, type)):
-        try:
-            obj = obj()
-        except Exception as exc:  # noqa: BLE001 - a library's factory may raise anything
-            raise pytest.UsageError(f"amp-conformance: {where}: calling {name}() raised "
-                                    f"{type(exc).__name__}: {exc}") from None
-    return obj
-
-
-_KINDS = (declare.RegionFactory, declare.ForwardDecorator)
-
-
-def _declarations(where: str, result: Any) -> list[Any]:
-    if isinstance(result, _KINDS):
-        return [result]
-    if isinstance(result, (list, tuple)):
-        return list(result)
-    raise pytest.UsageError(f"amp-conformance: {where}: gave {type(result).__name__} "
-                            f"{reprlib.repr(result)}; expected a RegionFactory, a "
-                            "ForwardDecorator or a list of them")

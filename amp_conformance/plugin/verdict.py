@@ -30,13 +30,18 @@ from typing import Any
 
 import pytest
 
+from amp_conformance.plugin import outcomes
+from amp_conformance.plugin.report.collect import END, tally
+from amp_conformance.plugin.report.journal import quarantined
 from amp_conformance.plugin.xdist_roles import is_worker
 
 #: the exit status of a run stopped by a lost device (pytest uses 0-5, ``run`` 3)
 DEVICE_LOST = 6
+#: how a session stopped for a lost device says so (pytest's Failed, an xdist controller's
+#: Interrupted): plugin.health stops it so
+STOP = "amp-conformance: DEVICE LOST"
 _INTERRUPTED_BY = pytest.StashKey[str]()
 _PREVIOUS_HANDLER = pytest.StashKey[Any]()
-_SETUP_ERRORS = pytest.StashKey[list]()
 #: the config of the running session, for hooks pytest calls without one
 _CONFIG: dict[str, pytest.Config] = {}
 
@@ -70,10 +75,6 @@ def exit_status(status: int, facts: Facts) -> int:
 
 def facts(config: pytest.Config) -> Facts:
     """The facts of this process's run, from its tally (nothing on an xdist worker)."""
-    from amp_conformance.plugin import outcomes
-    from amp_conformance.plugin.report.collect import tally
-    from amp_conformance.plugin.report.journal import quarantined
-
     acc = tally(config)
     if acc is None:
         return Facts()
@@ -90,9 +91,9 @@ def nothing_executed(rows: list[dict[str, Any]]) -> bool:
     return bool(rows) and all(r["outcome"] in ("skipped", "not run") for r in rows)
 
 
-def setup_errors(config: pytest.Config) -> list[str]:
-    """The opt-in tiers that ran nothing, as decided at the session's end."""
-    return config.stash.get(_SETUP_ERRORS, [])
+def is_loss_stop(exc: BaseException) -> bool:
+    """Whether an interruption is a session stopped for a lost device."""
+    return str(exc).startswith(STOP)
 
 
 def interrupted_by(config: pytest.Config) -> str | None:
@@ -118,8 +119,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
-    from amp_conformance.plugin.health import is_loss_stop
-
     config = _CONFIG.get("config")
     if config is not None and _INTERRUPTED_BY not in config.stash and not is_loss_stop(
             excinfo.value):
@@ -133,20 +132,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if is_worker(config):
         return
     found = facts(config)
-    config.stash[_SETUP_ERRORS] = list(found.setup_errors)
     session.exitstatus = exit_status(session.exitstatus, found)
+    config.stash[END] = {"interrupted_by": interrupted_by(config),
+                         "setup_errors": list(found.setup_errors)}
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if is_worker(config):
         return
-    from amp_conformance.plugin import outcomes
-
     rows = outcomes.rows(config)
     if nothing_executed(rows):
         terminalreporter.write_sep(
             "!", f"amp-conformance: no conformance check executed ({len(rows)} selected, all "
                  "skipped): this run proves nothing about the device", red=True, bold=True)
-    for error in setup_errors(config):
+    for error in config.stash.get(END, {}).get("setup_errors", []):
         terminalreporter.write_sep("!", f"amp-conformance: SETUP ERROR: {error}", red=True,
                                    bold=True)

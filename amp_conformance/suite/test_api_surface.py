@@ -5,9 +5,11 @@ fp32_append_dtype norms with float64 inputs."""
 import pytest
 import torch
 
-from amp_conformance.checks.training import NotApplicable, api, fake_autograd_reason
+from amp_conformance.checks.api_surface import check as api
 from amp_conformance.core import devices
+from amp_conformance.core.errors import NotApplicable
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import fake_autograd_reason
 from amp_conformance.schema import messages
 
 pytestmark = pytest.mark.amp_check("api_surface")

@@ -7,8 +7,9 @@ the reference defect ``cast-cache-no-grad`` (oplists/defects.toml), not as faili
 import pytest
 
 from amp_conformance.checks import defects
-from amp_conformance.checks.training import cache, fake_autograd_reason
+from amp_conformance.checks.cache_interactions import check as cache
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import fake_autograd_reason
 
 pytestmark = pytest.mark.amp_check("cache_interactions")
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from amp_conformance.checks.training import checkpointing, fake_autograd_reason
+from amp_conformance.checks.checkpoint import check as checkpointing
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import fake_autograd_reason
 
 pytestmark = pytest.mark.amp_check("checkpoint")
 

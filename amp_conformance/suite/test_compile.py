@@ -1,6 +1,7 @@
-"""torch.compile and torch.export under autocast (logic in amp_conformance.checks.compile).
+"""torch.compile and torch.export under autocast (the compile_regions family, and the
+compiled tier: the compiled_policy family).
 
-- ``test_compile_region``: the scenario table of ``checks/compile/regions.py``, one item per
+- ``test_compile_region``: the scenario table of ``checks/compile_regions/regions.py``, one item per
   amp dtype, backend (eager and aot_eager always; the ``--amp-compile`` backend too) and
   scenario; a scenario that shows a known upstream defect is a strict xfail naming it.
 - ``test_export_keeps_regions``: torch.export keeps the regions and runs them as eager.
@@ -9,11 +10,9 @@
 
 import pytest
 
-from amp_conformance.checks.compile import export, per_entry, regions
+from amp_conformance.checks.compile_regions import export, regions
+from amp_conformance.checks.compiled_policy import per_entry
 from amp_conformance.checks.fake_casts import FakeTierLimit
-
-#: parametrizes the region scenarios; leaves the opt-in tier out of a run without it
-pytest_plugins = ("amp_conformance.checks.compile.collect",)
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 Every overload the running torch registers for the device's ``Autocast<Device>`` key must
 be checked by some op-list entry (entered, as observed, by a call whose policy check runs
-in this mode and did not raise; see amp_conformance.tools.coverage) or excluded with a
+in this mode and did not raise; see amp_conformance.checks.coverage.check) or excluded with a
 written reason; the failure names the overloads that are neither, and those only reached
 where nothing checks them.
 """
@@ -12,8 +12,8 @@ import warnings
 import pytest
 
 from amp_conformance.checks.case import load_oplist
+from amp_conformance.checks.coverage import check as coverage
 from amp_conformance.plugin.vendor import AmpConformanceWarning
-from amp_conformance.tools import coverage
 
 pytestmark = pytest.mark.amp_check("coverage")
 

@@ -3,11 +3,8 @@ and the autocast state forward and backward run in."""
 
 import pytest
 
-from amp_conformance.checks import fake_casts
-from amp_conformance.properties import (
-    custom_fwd,
-    profiles,
-)
+from amp_conformance.checks import fake_casts, profiles
+from amp_conformance.checks.custom_fwd import check as custom_fwd
 
 pytestmark = pytest.mark.amp_check("custom_fwd")
 

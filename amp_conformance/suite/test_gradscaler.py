@@ -13,10 +13,9 @@ import math
 
 import pytest
 
-from amp_conformance.checks import defects
+from amp_conformance.checks import defects, profiles
 from amp_conformance.checks.gradscaler import cases, kernels, scaler, sparse, training
 from amp_conformance.checks.gradscaler.update_property import check_update_property
-from amp_conformance.properties import profiles
 
 pytestmark = pytest.mark.amp_check("gradscaler")
 

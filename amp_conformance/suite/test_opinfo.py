@@ -8,9 +8,6 @@ import pytest
 
 from amp_conformance.checks.opinfo import check
 
-#: parametrizes the items; leaves the tier out of a run without --amp-opinfo
-pytest_plugins = ("amp_conformance.checks.opinfo.collect",)
-
 
 @pytest.mark.amp_check("opinfo")
 def test_opinfo(opinfo_case, record_property):

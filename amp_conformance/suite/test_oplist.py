@@ -10,8 +10,13 @@ import contextlib
 
 import pytest
 
-from amp_conformance.checks import backward, defects, oplist_checks
+from amp_conformance.checks import defects
+from amp_conformance.checks.backward import check as backward
 from amp_conformance.checks.fake_casts import FakeTierLimit
+from amp_conformance.checks.legacy.check import check_legacy
+from amp_conformance.checks.numerics.check import check_numerics
+from amp_conformance.checks.outside.check import check_outside
+from amp_conformance.checks.policy.check import check_policy
 
 
 @contextlib.contextmanager
@@ -29,7 +34,7 @@ def test_policy(amp_case, record_property):
     observed = {}
     try:
         with fake_tier():
-            defects.verdict(amp_case, lambda case: oplist_checks.check_policy(case, observed),
+            defects.verdict(amp_case, lambda case: check_policy(case, observed),
                             record_property)
     finally:
         record_property("amp_observed", observed)
@@ -39,20 +44,20 @@ def test_policy(amp_case, record_property):
 def test_numerics(amp_case, record_property):
     """The autocast output equals a control computed with autocast disabled on inputs
     cast by hand to the policy's dtype (bitwise, or close with --numerics close)."""
-    defects.verdict(amp_case, oplist_checks.check_numerics, record_property)
+    defects.verdict(amp_case, check_numerics, record_property)
 
 
 @pytest.mark.amp_check("outside")
 def test_outside(amp_case):
     """Outside autocast the same call runs in its input dtypes, untouched."""
     with fake_tier():
-        oplist_checks.check_outside(amp_case)
+        check_outside(amp_case)
 
 
 @pytest.mark.amp_check("legacy")
 def test_legacy(amp_case, record_property):
     """The legacy torch.<device>.amp.autocast gives torch.autocast's result and warns."""
-    defects.verdict(amp_case, oplist_checks.check_legacy, record_property)
+    defects.verdict(amp_case, check_legacy, record_property)
 
 
 @pytest.mark.amp_check("backward")

@@ -1,5 +1,6 @@
-"""Property-based conformance (Hypothesis): the autocast region stack, and the eligibility
-rule of the cast policies over generated shapes, dtypes, devices and values.
+"""Property-based conformance (Hypothesis): the autocast region stack (the regions
+family's state machine) and the eligibility rule of the cast policies over generated
+shapes, dtypes, devices and values (the policy family's property).
 
 One item per part, so an expected-failures line covers one part only: the policy
 properties run one item per (policy, op) of the device's op lists
@@ -14,29 +15,20 @@ How many examples run is the profile's choice: ``--amp-hypothesis-profile ci`` (
 derandomized and quick), ``dev`` or ``nightly``; an item of one part runs fewer
 (``profiles.selected_part``). A failure prints the shrunk example and equivalent Python
 code that reproduces it. ``--hypothesis-show-statistics`` prints what each item's
-examples exercised (``amp_conformance.properties.statistics``).
+examples exercised (``amp_conformance.checks.statistics``).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from amp_conformance.checks import profiles
+from amp_conformance.checks.policy import property as policy_properties
+from amp_conformance.checks.regions import machine as regions
 from amp_conformance.core import devices
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.plugin import vendor
-from amp_conformance.plugin.options import Settings
-from amp_conformance.plugin.session_settings import settings as run_settings
-from amp_conformance.properties import (
-    policy as policy_properties,
-)
-from amp_conformance.properties import (
-    profiles,
-    regions,
-)
 
-pytestmark = pytest.mark.amp_check("properties")
-
-POLICIES = list(policy_properties.POLICIES)
 #: the id of the item that runs every rule of the region machine together
 ALL_RULES = "all_rules"
 #: the id of the item of the base rules alone (every other item runs them too)
@@ -44,43 +36,14 @@ BASE = "-".join(regions.BASE_RULES)
 RULE_ITEMS = {BASE: regions.BASE_RULES,
               **{r: (*regions.BASE_RULES, r) for r in regions.RULES if r not in regions.BASE_RULES},
               ALL_RULES: regions.RULES}
-#: the argument names a test asks for to get one item per (policy, op)
-POLICY_OP = ("policy", "op")
 #: the user property (JUnit XML, the report) that lists the rules all_rules left out
 LEFT_OUT_PROPERTY = "amp_left_out_rules"
-
-
-def policy_op_params(settings: Settings) -> list:
-    """One param per (policy, op) that is a candidate of the policy under any of the run's
-    amp dtypes, sorted (the ids are the same on every run and pytest-xdist worker); a
-    policy without any keeps one skipped item saying so. The ops are those the run's forms
-    can call (``Settings.forms``: FORMS and the vendor's property-forms hooks)."""
-    params = []
-    for policy in POLICIES:
-        ops = sorted({c.op for dtype in settings.amp_dtypes for c in policy_properties.candidates(
-            settings.target, dtype, policy, settings.oplists, settings.numerics, None,
-            settings.forms)})
-        params += [pytest.param(policy, op, id=f"{policy}-{op}") for op in ops]
-        if not ops:
-            params.append(pytest.param(policy, None, id=policy, marks=pytest.mark.skip(
-                reason=f"not applicable: no op of the {policy} policy in the {settings.device} "
-                       "op lists that the property knows how to call (strategies.FORMS and "
-                       "the pytest_amp_conformance_property_forms hooks)")))
-    return params
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # A parametrize mark, not metafunc.parametrize: this module's hook runs before the
-    # plugin's, pytest's own hook applies the marks after it, so the (policy, op) part of
-    # the id follows the plugin's device and amp dtype: [cpu-bfloat16-lower-mm].
-    if all(name in metafunc.fixturenames for name in POLICY_OP):
-        params = policy_op_params(run_settings(metafunc.config))
-        metafunc.definition.add_marker(pytest.mark.parametrize(",".join(POLICY_OP), params))
 
 
 # -- the region stack ------------------------------------------------------------------
 
 
+@pytest.mark.amp_check("regions")
 @pytest.mark.parametrize("rule", list(RULE_ITEMS))
 def test_regions_stack(request, amp_target, amp_device, rule):
     """Entering, leaving, decorating, raising, disabling, threads: after every step the
@@ -148,6 +111,7 @@ def _require_candidate(amp_settings, amp_target, amp_dtype, policy, op):
                     f"({reason.removeprefix('not applicable: ')})")
 
 
+@pytest.mark.amp_check("policy")
 def test_policy_casts_only_eligible_inputs(amp_settings, amp_target, amp_dtype, policy, op):
     """Under autocast an op of the policy behaves like the op with autocast off on inputs
     cast by hand (only floating, non-float64 tensors of the device): same outcome, output
@@ -164,6 +128,7 @@ def test_policy_casts_only_eligible_inputs(amp_settings, amp_target, amp_dtype, 
     )
 
 
+@pytest.mark.amp_check("policy")
 @pytest.mark.amp_needs_values
 def test_policy_equals_hand_cast_control(amp_settings, amp_target, amp_dtype, policy, op):
     """The values too: the autocast output equals the hand-cast control (bitwise by

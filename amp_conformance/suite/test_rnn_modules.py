@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from amp_conformance.checks import defects
-from amp_conformance.checks.training import NotApplicable, fake_autograd_reason, rnn
+from amp_conformance.checks.rnn_modules import check as rnn
+from amp_conformance.core.errors import NotApplicable
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import fake_autograd_reason
 
 pytestmark = pytest.mark.amp_check("rnn_modules")
 

@@ -4,8 +4,9 @@ autocast state of autograd's backward threads."""
 import pytest
 import torch
 
-from amp_conformance.checks.training import fake_autograd_reason, threads
+from amp_conformance.checks.threads import check as threads
 from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.target import fake_autograd_reason
 from amp_conformance.plugin.parametrize import load_oplist
 
 pytestmark = pytest.mark.amp_check("threads")

@@ -2,8 +2,8 @@
 library ships, declared with ``--wrapper MODULE:NAME`` or the hook
 ``pytest_amp_conformance_wrappers``, held to their declaration and to autocast's contract.
 
-Collected only where a declared wrapper claims the run's device (the plugin's
-``pytest_ignore_collect``): the default run has no item of it.
+Collected only where a declared wrapper of the function's kind claims the run's device (the
+tier's seam, ``checks/wrappers/tier.py``): the default run has no item of it.
 
 - ``test_wrapper_region``: a RegionFactory, per precision name (state, restored, nesting,
   decorator, cache, policy, nest, reuse, threads, cache_mix) and once per wrapper (float32,
@@ -15,29 +15,9 @@ Collected only where a declared wrapper claims the run's device (the plugin's
 import pytest
 
 from amp_conformance.checks.wrappers import forward, forward_contract, nesting, region
-from amp_conformance.checks.wrappers.cases import WrapperCase, cases, not_applicable
-from amp_conformance.plugin import vendor
-from amp_conformance.plugin.session_settings import settings
+from amp_conformance.checks.wrappers.cases import WrapperCase
 
 pytestmark = pytest.mark.amp_check("wrappers")
-
-FIXTURE = "amp_wrapper_case"
-_KIND = {"test_wrapper_region": "region", "test_wrapper_forward": "forward"}
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if FIXTURE not in metafunc.fixturenames:
-        return
-    s = settings(metafunc.config)
-    cache = vendor.declarations(metafunc.config).capabilities.cast_cache
-    params = []
-    for case in cases(s.wrappers, s.device, s.amp_dtypes):
-        if case.kind != _KIND[metafunc.definition.originalname]:
-            continue
-        reason = not_applicable(case, s.amp_dtypes, s.fake, cache)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(case, id=case.id, marks=marks))
-    metafunc.parametrize(FIXTURE, params)
 
 
 REGION = {"state": region.check_state, "restored": region.check_restored,

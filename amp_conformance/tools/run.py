@@ -256,8 +256,8 @@ class Forked:
 #: pytest, Hypothesis, dynamo and its own checks (not its test modules, which pytest
 #: rewrites). None of them touches a device.
 WARM = ("pytest", "hypothesis", "torch.distributed.tensor", "torch._dynamo",
-        "amp_conformance.checks.oplist_checks", "amp_conformance.checks.backward",
-        "amp_conformance.properties.regions", "amp_conformance.properties.policy")
+        "amp_conformance.checks.policy.check", "amp_conformance.checks.backward.check",
+        "amp_conformance.checks.regions.machine", "amp_conformance.checks.policy.property")
 
 
 def warm() -> None:

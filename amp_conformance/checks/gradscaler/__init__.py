@@ -1,1 +1,16 @@
-"""GradScaler tier."""
+"""GradScaler under autocast: the unscale and update-scale kernels against plain ops and a
+model (``kernels``, ``update_property``), the scaler's contract (``scaler``), scaled
+training against an unscaled control (``training``), with fused optimizers and with sparse
+gradients (``sparse``)."""
+
+from amp_conformance.core.registry import Check
+
+CHECKS = (
+    Check("gradscaler", "GradScaler: the unscale and update-scale kernels against plain ops and "
+          "a model, the scaler's contract, scaled training against a control"),
+    Check("gradscaler_fused", "GradScaler with fused=True SGD/Adam/AdamW: scaled training "
+          "against a control, an inf skips its step", needs_values=True,
+          capability="fused_optimizers"),
+    Check("gradscaler_sparse", "GradScaler with sparse gradients, including uncoalesced float16 "
+          "ones whose sum overflows", needs_values=True, capability="sparse_grads"),
+)

@@ -24,3 +24,14 @@ argument form it has, and holds each to the policy:
   with a reproduction, the summary recorded for the report's operator-surface table.
 - ``collect``: the opt-in gate and the items' parametrization.
 """
+
+from amp_conformance.core.registry import Check  # noqa: E402 - the declaration follows the docs
+
+CHECKS = (
+    Check("opinfo", "opt-in (--amp-opinfo): every sample form of every OpInfo of the running "
+          "release's op_db: no new errors inside autocast, the declared policy's dtypes and "
+          "values where a call enters policy kernels, eager's where none",
+          opt_in="--amp-opinfo"),
+)
+
+from amp_conformance.checks.opinfo.tier import PARAMS, TIER  # noqa: E402,F401

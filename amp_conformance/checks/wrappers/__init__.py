@@ -1,4 +1,6 @@
-"""Conformance of the autocast wrappers libraries ship (opt-in: ``--wrapper``)."""
+"""Conformance of the autocast wrappers libraries ship (opt-in: ``--wrapper``): a library
+declares its region factory or forward decorator (``declare``) and is held to its
+declaration and to autocast's contract (``region``, ``forward``, ``nesting``)."""
 
 from amp_conformance.checks.wrappers.declare import (
     DeclarationError,
@@ -6,5 +8,14 @@ from amp_conformance.checks.wrappers.declare import (
     RegionFactory,
     validate,
 )
+from amp_conformance.core.registry import Check
 
-__all__ = ["DeclarationError", "ForwardDecorator", "RegionFactory", "validate"]
+__all__ = ["CHECKS", "DeclarationError", "ForwardDecorator", "RegionFactory", "validate"]
+
+CHECKS = (
+    Check("wrappers", "opt-in (--wrapper MODULE:NAME): a library's autocast region factory or "
+          "forward decorator keeps its declaration and autocast's contract",
+          opt_in="--wrapper"),
+)
+
+from amp_conformance.checks.wrappers.tier import PARAMS, TIER  # noqa: E402,F401

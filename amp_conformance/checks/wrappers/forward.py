@@ -7,7 +7,7 @@ must arrive as ``cast_dtype`` and every other one untouched, elsewhere every inp
 was sent; autocast inside is what ``disables_autocast`` says; ``extra_kwargs`` are consumed;
 with ``decorate_backward``, an autograd.Function's backward runs in the autocast state its
 forward ran in, wherever ``backward()`` is called (as ``torch.amp.custom_bwd`` promises;
-``properties/custom_fwd.py`` checks torch's own decorators the same way).
+``checks/custom_fwd/check.py`` checks torch's own decorators the same way).
 """
 
 from __future__ import annotations

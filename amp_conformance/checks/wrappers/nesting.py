@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks.training.cache import CastTracker
+from amp_conformance.checks.cache_interactions.check import CastTracker
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.region import (

@@ -4,7 +4,7 @@ Each enters the wrapper's region (``wrapper.make(precision, device)``) where the
 checks of the suite enter ``torch.autocast``, and holds it to its declaration and to
 autocast's contract: the state inside, the state restored on exit (also after an exception
 and when nested), the decorator form, the cast cache released at the outermost exit, and a
-few op-list entries' policy (:func:`amp_conformance.checks.oplist_checks.check_policy`,
+few op-list entries' policy (:func:`amp_conformance.checks.policy.check.check_policy`,
 entering the wrapper's region through :class:`RegionTarget`). Every check leaves the
 autocast state of every device as it found it.
 """
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from amp_conformance.checks import oplist_checks
+from amp_conformance.checks.cache_interactions.check import CastTracker
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.training.cache import CastTracker
+from amp_conformance.checks.policy import check as policy_check
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.declare import ERROR, FALLBACK, NOOP
@@ -267,7 +267,7 @@ def _decorated_raises(case: WrapperCase) -> None:
 
 def check_cache(case: WrapperCase) -> None:
     """A float32 parameter's cast, cached inside the region, is released at its outermost
-    exit, as torch.autocast does (checks/training/cache.py's CastTracker counts them)."""
+    exit, as torch.autocast does (checks/cache_interactions/check.py's CastTracker counts them)."""
     dev = case.device
     w, x = weight_and_input(dev)
     x = x.detach()
@@ -326,7 +326,7 @@ def check_policy(case: WrapperCase, oplists: tuple[str, ...], numerics: str) -> 
     spots = spot_cases(case, oplists, numerics)
     for spot in spots:
         try:
-            oplist_checks.check_policy(spot)
+            policy_check.check_policy(spot)
         except ConformanceFailure as exc:
             F.fail(case, F.POLICY, [f"entry {spot.entry.id} ({spot.entry.qualname}):",
                                     *str(exc).splitlines()],

@@ -14,18 +14,6 @@ from typing import Any
 PROBLEMS = ("failed", "error", "xpassed", "unfinished")
 
 
-def headline(message: str | None) -> str:
-    """The line that says what went wrong: the first, and the next where the first only
-    introduces it ("torch.mm [entry mm, ...] on cpu, autocast dtype torch.bfloat16:")."""
-    text = re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", (message or "").strip())
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
-
-
 def _where(nodeid: str | None, worker: str | None) -> str:
     return f"{nodeid}{f' on {worker}' if worker else ''}"
 

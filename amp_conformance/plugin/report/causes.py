@@ -2,7 +2,7 @@
 reads one row, not 255.
 
 An item's *cause* is the exception type and the telling line of its message
-(:func:`amp_conformance.plugin.report.banner.headline`) with what names the item masked:
+(:func:`amp_conformance.core.errors.headline`) with what names the item masked:
 its op and entry, the autocast dtypes in every spelling (a message names float16 and
 bfloat16 in PyTorch's words, ``Half`` and ``'BFloat16'``, as often as in ours), ``aten::``
 op names, file paths (only what is a path: ``custom_fwd/custom_bwd`` and ``127/127`` are
@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from amp_conformance.plugin.report.banner import PROBLEMS, headline
+from amp_conformance.core.errors import headline
+from amp_conformance.plugin.report.banner import PROBLEMS
 
 _ENTRY = re.compile(r"\s*\[entry [^\]]*\]")
 _ATEN = re.compile(r"\b(aten|prims|xla)::[A-Za-z0-9_.]+")

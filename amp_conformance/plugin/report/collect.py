@@ -26,7 +26,6 @@ import pytest
 import torch
 
 from amp_conformance.core import devices
-from amp_conformance.plugin import verdict
 from amp_conformance.plugin.items import (
     DEFECT_PROPERTY,
     ITEM_PROPERTY,
@@ -67,6 +66,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 COLLECTOR = "amp-conformance-collector"
+#: how the session ended beyond its exit status (interrupted by what, the setup errors), as
+#: plugin.verdict decided it before the report's last event
+END = pytest.StashKey[dict]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -272,9 +274,10 @@ class Collector:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # session.exitstatus: what the run returns, as plugin.verdict decided it
+        end = self.config.stash.get(END, {})
         self._event({"event": "end", "exitstatus": int(session.exitstatus),
-                     "interrupted_by": verdict.interrupted_by(self.config),
-                     "setup_errors": verdict.setup_errors(self.config)})
+                     "interrupted_by": end.get("interrupted_by"),
+                     "setup_errors": end.get("setup_errors", [])})
         if self.journal is not None:
             self.journal.close()
         if self.path is not None:

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amp_conformance.core import registry
+from amp_conformance.checks import registry
 from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import blamed_op
-from amp_conformance.plugin.report.surface import operator_surface
 
 SCHEMA = "amp-conformance-report/1"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
@@ -303,7 +302,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "categories": categories(results),
         "families": families(results),
         "reference_defects": reference_defects(results),
-        **({"operator_surface": surface} if (surface := operator_surface(results)) else {}),
+        **{k: v for tier in registry.tiers() for k, v in tier.summary(results).items()},
         "causes": causes.of_results(results),
         "results": results,
     }

@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 from amp_conformance.checks import registry
-from amp_conformance.plugin.report import causes, surface, wrappers
+from amp_conformance.core.errors import headline
+from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
-    headline,
     lost_by_op,
     outside_problems,
     partial_note,
@@ -25,7 +25,7 @@ from amp_conformance.plugin.report.banner import (
 )
 from amp_conformance.plugin.report.journal import families
 
-__all__ = ["render_html", "render_markdown", "run_warning", "headline"]
+__all__ = ["render_html", "render_markdown", "run_warning"]
 
 #: the per-entry checks, in registry order: the op matrix's columns
 OP_CHECKS = registry.names(per_entry=True)
@@ -396,8 +396,7 @@ def render_html(data: dict[str, Any]) -> str:
 {causes.html(data, _e)}
 <h2 id="families">By check family</h2>
 {_count_table("family", family_rows(data), "No items in this run.")}
-{wrappers.html_section(data)}
-{surface.html(data.get("operator_surface"), _e)}
+{"".join(tier.html(data) for tier in registry.tiers())}
 <h2 id="categories">By op-list category</h2>
 {_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
 <h2 id="oplists">Op lists: op × autocast dtype × check</h2>
@@ -475,8 +474,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         *_md_table("check family", family_rows(data)),
         *causes.markdown(data),
         *_md_lost(data),
-        *wrappers.markdown_section(data),
-        *surface.markdown(data.get("operator_surface")),
+        *[line for tier in registry.tiers() for line in tier.markdown(data)],
         *_md_table("op-list category", data.get("categories") or {}),
         *_md_list("Failures", [r for r in data["results"] if state_of(r) in _PROBLEMS], max_failures),
         *_md_list("Expected failures", expected_failures(data), max_failures),

@@ -11,7 +11,7 @@ import torch
 
 from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import expected_inside
-from amp_conformance.checks.kernel_entry import NEEDS_KERNEL
+from amp_conformance.checks.policy.kernel_entry import NEEDS_KERNEL
 from amp_conformance.core import devices
 from amp_conformance.core.casting import (
     hand_cast,

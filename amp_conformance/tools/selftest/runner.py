@@ -1,9 +1,10 @@
 """``python -m amp_conformance selftest``: mutation testing of the suite itself.
 
-Each mutant of :data:`amp_conformance.tools.selftest.catalogue.CATALOGUE` (a deliberately broken autocast)
-is applied in its own run of the suite, a subprocess::
+Each mutant of the check families (``checks/<family>/mutants.py``, gathered by
+:func:`amp_conformance.checks.registry.mutants`; each a deliberately broken autocast) is
+applied in its own run of the suite, a subprocess::
 
-    AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.tools.selftest.plugin \\
+    AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.plugin.mutant \\
         --pyargs amp_conformance.suite -k <select> --device <device> [--fake]
 
 so mutants never leak into each other. A mutant is **killed** when that run fails and one
@@ -14,7 +15,7 @@ a survivor: the run passed (``survived``), failed without naming it (``unnamed``
 errored or timed out (``error``).
 
 ``--numerics close`` runs the campaign of
-:data:`amp_conformance.tools.selftest.mutants_numerics.CLOSE_MODE` (or the ``--only``
+:data:`amp_conformance.checks.numerics.mutants.CLOSE_MODE` (or the ``--only``
 mutants) with the suite's ``--numerics close``: the mutants that close mode must still
 catch (wrong dtype, wrong op, values 1% off), and those declared to survive there (the
 one-ulp ones, within assert_close's tolerances by design), which fail the campaign if
@@ -44,7 +45,10 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from amp_conformance.tools.selftest.catalogue import CATALOGUE, Mutant
+from amp_conformance.checks.mutation import Mutant
+from amp_conformance.checks.registry import mutants
+
+CATALOGUE = mutants()
 
 #: pytest options of every run: quiet, short tracebacks (the ``E`` lines carry the
 #: messages), no colours, no cache; deselected items are not worth a line.
@@ -131,14 +135,13 @@ def in_close_mode(m: Mutant) -> Mutant:
 def close_campaign(only: Sequence[str] = ()) -> tuple[list[Mutant], dict[str, str]]:
     """``--numerics close``: the mutants CLOSE_MODE names (or those ``only`` names), each in
     close mode, and why each one declared to survive there does."""
-    # the catalogue imports the family (FAMILIES), so that the runs find its mutants too
-    from amp_conformance.tools.selftest.mutants_numerics import CLOSE_MODE
+    from amp_conformance.checks.numerics.mutants import CLOSE_MODE
 
     names = list(dict.fromkeys(only)) if only else list(CLOSE_MODE)
     unknown = [n for n in names if n not in CATALOGUE]
     if unknown:
         raise SelectionError(f"--numerics close: no mutant {' '.join(unknown)} in the catalogue "
-                             "(is the numerics family imported?)")
+                             "(does the numerics family declare them?)")
     declared = {n: why for n in names if (why := CLOSE_MODE.get(n)) is not None}
     return [in_close_mode(CATALOGUE[n]) for n in names], declared
 
@@ -206,16 +209,16 @@ def bytecode_cache() -> str:
     return os.path.join(tempfile.gettempdir(), f"amp-conformance-pycache-{user}")
 
 
-def pytest_command(select: str, suite_options: Sequence[str], mutant: str | None = None) -> list[str]:
+def suite_command(select: str, suite_options: Sequence[str], mutant: str | None = None) -> list[str]:
     """The run's command line (the mutant, if any, is named by AMP_CONFORMANCE_MUTANT)."""
-    plugin = ["-p", "amp_conformance.tools.selftest.plugin"] if mutant is not None else []
+    plugin = ["-p", "amp_conformance.plugin.mutant"] if mutant is not None else []
     return [sys.executable, "-m", "pytest", *plugin, "--pyargs", "amp_conformance.suite",
             "-k", select, *suite_options, *PYTEST_OPTIONS]
 
 
 def reproduction(m: Mutant) -> str:
     """A shell command running the suite against one mutant, as the campaign does."""
-    command = pytest_command(m.select, m.suite_options(), m.name)
+    command = suite_command(m.select, m.suite_options(), m.name)
     command[0] = "python"
     return f"AMP_CONFORMANCE_MUTANT={shlex.quote(m.name)} {shlex.join(command)}"
 
@@ -231,7 +234,7 @@ def run_suite(label: str, select: str, suite_options: Sequence[str], mutant: str
         # assertion-rewrote (torch, hypothesis, the suite) - a fifth of every run.
         del env["PYTHONDONTWRITEBYTECODE"]
         env["PYTHONPYCACHEPREFIX"] = bytecode_cache()
-    command = pytest_command(select, suite_options, mutant)
+    command = suite_command(select, suite_options, mutant)
     if mutant is not None:
         env["AMP_CONFORMANCE_MUTANT"] = mutant
     start = time.perf_counter()

@@ -1,0 +1,133 @@
+"""Mutants of the torch.compile / torch.export tier:
+broken implementations its checks must catch.
+
+Each breaks the compile machinery, never eager autocast: the traced region's dtype or
+enabled flag (dynamo's ``AutocastModeVariable``), the region dynamo rebuilds after a graph
+break (leaking its state when the body raises), the guard on the ambient autocast state
+(a stale graph), and a backend that drops the regions from the graph it is given.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from amp_conformance.checks.mutation import Mutant, Undo, patch, register
+
+_SWAP = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}
+
+
+def _ctx_variable() -> Any:
+    from torch._dynamo.variables.ctx_manager import AutocastModeVariable
+
+    return AutocastModeVariable
+
+
+def _traced_as(edit: Callable[[list], list]) -> Callable[[], Undo]:
+    """Dynamo records every ``torch.autocast(...)`` it traces with ``edit(target_values)``
+    ((device, dtype, enabled, cache_enabled)) instead of what the code says."""
+    def apply() -> Undo:
+        def make(original):
+            def create(func, args, kwargs):
+                var = original(func, args, kwargs)
+                var.target_values = edit(list(var.target_values))
+                return var
+            return staticmethod(create)
+        return patch(_ctx_variable(), "create", make)()
+    return apply
+
+
+class _LeakyAutocast(torch.amp.autocast_mode.autocast):
+    """Restores nothing when left because of an exception."""
+
+    def __exit__(self, *exc: Any) -> Any:
+        if sys.exc_info()[0] is not None:  # dynamo's finally block, an exception in flight
+            return False
+        return super().__exit__(*exc)
+
+
+def _resumed_region_leaks() -> Undo:
+    module = torch.amp.autocast_mode
+    module._LeakyAutocast = _LeakyAutocast
+    undo = patch(_ctx_variable(), "fn_name", lambda original: lambda self: "_LeakyAutocast")()
+
+    def restore() -> None:
+        undo()
+        del module._LeakyAutocast
+    return restore
+
+
+def _guard_ignores_global_state() -> Undo:
+    from torch._dynamo import guards
+
+    return patch(guards.GuardBuilder, "GLOBAL_STATE", lambda original: lambda self, guard: None)()
+
+
+def _drop_regions(backend: Callable) -> Callable:
+    region_nodes = (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast)
+
+    def dropping(gm, example_inputs, **kwargs):
+        for node in reversed(list(gm.graph.nodes)):  # each exit before its enter
+            if node.op == "call_function" and node.target in region_nodes:
+                gm.graph.erase_node(node)
+        gm.recompile()
+        return backend(gm, example_inputs, **kwargs)
+    return dropping
+
+
+def _backend_drops_regions() -> Undo:
+    """aot_eager, but the autocast region nodes are removed from the graph first."""
+    from torch._dynamo.backends import registry  # torch.compile(backend="...") looks up here
+
+    def make(lookup):
+        def lookup_backend(compiler_fn):
+            found = lookup(compiler_fn)
+            return _drop_regions(found) if compiler_fn == "aot_eager" else found
+        return lookup_backend
+    return patch(registry, "lookup_backend", make)()
+
+
+register(Mutant(
+    name="compile-region-other-dtype",
+    description="dynamo traces torch.autocast(device, dtype) with the other amp dtype "
+                "(bfloat16 <-> float16): the compiled region ignores its dtype",
+    apply=_traced_as(lambda v: [v[0], _SWAP.get(v[1], v[1]), *v[2:]]),
+    expect=("compile_regions scenario 'inner_region'", "attribute 'dtype' do not match"),
+    select="test_compile_region and inner_region] and aot_eager",
+))
+register(Mutant(
+    name="compile-region-traced-disabled",
+    description="dynamo traces every torch.autocast region as enabled=False",
+    apply=_traced_as(lambda v: [v[0], v[1], False, v[3]]),
+    expect=("compile_regions scenario 'inner_region'", "attribute 'dtype' do not match"),
+    select="test_compile_region and inner_region] and eager",
+))
+register(Mutant(
+    name="compile-region-leaks-on-raise",
+    description="the region dynamo rebuilds after a graph break restores no state when "
+                "the code in it raises",
+    apply=_resumed_region_leaks,
+    expect=("compile_regions scenario 'error_at_graph_break'",
+            "autocast state not restored after the compiled region raised"),
+    select="test_compile_region and error_at_graph_break",
+))
+register(Mutant(
+    name="compile-stale-guard",
+    description="dynamo installs no guard on the global autocast state: a graph compiled "
+                "in one region is reused in a region of another dtype",
+    apply=_guard_ignores_global_state,
+    expect=("compile_regions scenario 'ambient_changes'", "inside an other-dtype region"),
+    select="test_compile_region and ambient_changes",
+))
+register(Mutant(
+    name="compile-backend-drops-regions",
+    description="the aot_eager backend drops the autocast region nodes of the graph it "
+                "compiles: the compiled op runs in float32",
+    apply=_backend_drops_regions,
+    expect=("compiled_policy: torch.mm", "compiled output dtypes"),
+    select="test_compiled_policy and torch_16-mm",
+    options=("--amp-compile", "aot_eager"),
+))

@@ -1,0 +1,103 @@
+"""Mutants of the wrapper tier: broken library wrappers planted behind the declarations
+``planted.region`` and ``planted.forward`` (:mod:`amp_conformance.checks.wrappers.planted`).
+
+Every mutant's run passes ``--wrapper amp_conformance.checks.wrappers.planted:PLANTED``; the
+baseline of that group runs the planted wrappers sound (torch.autocast and
+torch.amp.custom_fwd/custom_bwd), and each mutant's ``apply`` plants one broken
+implementation behind the same declaration. Each must be killed with a message naming the
+wrapper and the promise it breaks (``checks/wrappers/failure.py``).
+"""
+
+from __future__ import annotations
+
+from amp_conformance.checks.mutation import Mutant, register
+from amp_conformance.checks.wrappers import failure as F
+from amp_conformance.checks.wrappers import planted
+
+OPTIONS = ("--wrapper", "amp_conformance.checks.wrappers.planted:PLANTED")
+REGION, FORWARD = "wrapper planted.region", "wrapper planted.forward"
+
+register(Mutant(
+    name="wrapper-leaks-dtype-after-exception",
+    description="a region factory whose region restores the enabled flag but not the dtype "
+                "when the body raises",
+    apply=lambda: planted.plant(make=planted.leaky_region),
+    expect=(REGION, F.RESTORED_EXCEPTION),
+    select="test_wrapper_region and restored",
+    options=OPTIONS,
+))
+register(Mutant(
+    name="wrapper-never-clears-cache",
+    description="a region factory whose outermost exit never clears the cast cache",
+    apply=lambda: planted.plant(make=planted.uncleared_region),
+    expect=(REGION, F.CACHE),
+    select="test_wrapper_region and cache",
+    options=OPTIONS,
+))
+register(Mutant(
+    name="wrapper-casts-first-argument-only",
+    description="a forward decorator that casts its first argument and leaves the other "
+                "floating inputs (positional and keyword) uncast",
+    apply=lambda: planted.plant(decorate=planted.first_arg_only),
+    expect=(FORWARD, F.CASTS, "positional 1"),
+    select="test_wrapper_forward and casts",
+    options=OPTIONS,
+))
+register(Mutant(
+    name="wrapper-autocast-on-inside",
+    description="a forward decorator that casts its inputs but leaves autocast enabled "
+                "inside the forward (declared disables_autocast=True)",
+    apply=lambda: planted.plant(decorate=planted.autocast_on_inside),
+    expect=(FORWARD, F.INSIDE),
+    select="test_wrapper_forward and inside",
+    options=OPTIONS,
+))
+register(Mutant(
+    name="wrapper-backward-outside-forward-state",
+    description="a forward decorator whose decorate_backward does nothing: backward runs "
+                "in whatever state it is called in, not the forward's",
+    apply=lambda: planted.plant(decorate_backward=planted.no_backward_state),
+    expect=(FORWARD, F.BACKWARD),
+    select="test_wrapper_forward and backward",
+    options=OPTIONS,
+))
+
+# issue 26: the whole custom_fwd contract, every nesting and reuse of a region
+_NEW = [
+    ("wrapper-region-skips-when-on", REGION, F.NEST, "nest", planted.skips_when_on,
+     "a region that enters nothing when autocast is already on in its dtype but turns it "
+     "off on exit: nested inside itself, the outer region loses autocast"),
+    ("wrapper-region-stale-on-reuse", REGION, F.REUSE, "reuse", planted.stale_region,
+     "a region object that saves the state to restore when made, not when entered"),
+    ("wrapper-region-shared-stack", REGION, F.THREADS, "threads", planted.shared_stack_region,
+     "a region whose saved states live on one process-wide stack: overlapping regions of "
+     "two threads restore each other's state"),
+    ("wrapper-region-clears-every-exit", REGION, F.CACHE_OUTERMOST, "cache_mix",
+     planted.clears_every_exit, "a region that clears the cast cache at every exit, "
+     "inner ones included"),
+    ("wrapper-region-decorator-no-finally", REGION, F.DECORATOR_RAISES, "decorator",
+     planted.no_finally_decorator, "a decorator form that restores the state only when the "
+     "function returns"),
+    ("wrapper-forward-casts-outside", FORWARD, F.OUTSIDE, "outside", planted.casts_outside,
+     "a forward decorator that casts and disables autocast outside any region too"),
+    ("wrapper-forward-top-level-only", FORWARD, F.CONTAINERS, "eligible",
+     planted.top_level_only, "a forward decorator that leaves tensors inside lists, tuples "
+     "and dicts uncast"),
+    ("wrapper-forward-casts-float64", FORWARD, F.UNTOUCHED, "eligible", planted.casts_float64,
+     "a forward decorator that casts float64 tensors too"),
+    ("wrapper-forward-disabled-after-raise", FORWARD, F.AFTER, "after",
+     planted.disables_without_finally, "a forward decorator that turns autocast off by hand "
+     "and back on only when the forward returns"),
+    ("wrapper-forward-detaches", FORWARD, F.GRAD, "grad", planted.detaches,
+     "a forward decorator whose casts are detached: no gradient reaches the inputs"),
+]
+for _name, _who, _promise, _check, _impl, _what in _NEW:
+    _slot = "make" if _who == REGION else "decorate"
+    register(Mutant(
+        name=_name,
+        description=_what,
+        apply=lambda slot=_slot, impl=_impl: planted.plant(**{slot: impl}),
+        expect=(_who, _promise),
+        select=f"test_wrapper_{'region' if _who == REGION else 'forward'} and {_check}",
+        options=OPTIONS,
+    ))

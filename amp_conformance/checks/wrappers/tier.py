@@ -1,0 +1,120 @@
+"""The wrapper tier's seam: ``--wrapper MODULE:NAME`` (repeatable) and the hook
+``pytest_amp_conformance_wrappers``, each declaration validated (a bad one, or a name
+declared twice, is a usage error naming the hook implementation or the option, the
+wrapper and the field); a suite function has items only where a declared wrapper of its
+kind claims the run's device; the report's Wrappers section."""
+
+from __future__ import annotations
+
+import importlib
+import reprlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from amp_conformance.checks.tier import Run, Tier
+from amp_conformance.checks.wrappers import declare, report
+from amp_conformance.checks.wrappers.cases import cases, not_applicable
+
+CHECK = "wrappers"
+HOOK = "pytest_amp_conformance_wrappers"
+FIXTURE = "amp_wrapper_case"
+#: the suite function of each declaration kind
+FUNCTIONS = {"test_wrapper_region": declare.RegionFactory,
+             "test_wrapper_forward": declare.ForwardDecorator}
+_KINDS = (declare.RegionFactory, declare.ForwardDecorator)
+
+
+class WrapperTier(Tier):
+    check = CHECK
+    options = {"--wrapper": dict(
+        dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
+        help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory or "
+             "ForwardDecorator (amp_conformance.checks.wrappers), a list of them, or a "
+             "callable returning either; repeatable; opt-in (no wrapper item without it)")}
+
+    def resolve(self, config: Any, run: Run) -> Mapping[str, Any]:
+        found = [(where, d) for where, result in run.hooks(HOOK)
+                 for d in _declarations(where, result)]
+        for spec in config.getoption("amp_wrappers") or []:
+            where = f"--wrapper {spec}"
+            found += [(where, d) for d in _declarations(where, _load(where, spec))]
+        named: dict[str, str] = {}
+        for where, decl in found:
+            try:
+                declare.validate(decl)
+            except declare.DeclarationError as exc:
+                raise pytest.UsageError(f"amp-conformance: {where}: {exc}") from None
+            if decl.name in named:
+                raise pytest.UsageError(f"amp-conformance: {where}: wrapper {decl.name!r}: name: "
+                                        f"declared twice (also by {named[decl.name]})")
+            named[decl.name] = where
+        return {"wrappers": tuple(decl for _, decl in found)}
+
+    def enabled(self, settings: Any) -> bool:
+        return any(settings.device in w.devices for w in settings.wrappers)
+
+    def collects(self, settings: Any, function: str) -> bool:
+        kind = FUNCTIONS.get(function)
+        return any((kind is None or isinstance(w, kind)) and settings.device in w.devices
+                   for w in settings.wrappers)
+
+    def html(self, data: dict[str, Any]) -> str:
+        return report.html_section(data)
+
+    def markdown(self, data: dict[str, Any]) -> list[str]:
+        return report.markdown_section(data)
+
+
+def params(metafunc: Any, settings: Any) -> list[Any]:
+    """The declared wrappers' items of one suite function (its kind), the ones that do not
+    apply marked skip with why."""
+    kind = {"test_wrapper_region": "region", "test_wrapper_forward": "forward"}[
+        metafunc.definition.originalname]
+    cache = settings.declarations.capabilities.cast_cache
+    found = []
+    for case in cases(settings.wrappers, settings.device, settings.amp_dtypes):
+        if case.kind != kind:
+            continue
+        reason = not_applicable(case, settings.amp_dtypes, settings.fake, cache)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        found.append(pytest.param(case, id=case.id, marks=marks))
+    return found
+
+
+def _load(where: str, spec: str) -> Any:
+    """The object ``MODULE:NAME`` names (NAME may be dotted); a zero-argument callable that
+    is no declaration is called."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise pytest.UsageError(f"amp-conformance: {where}: expected MODULE:NAME, e.g. "
+                                "mylib.amp_decl:REGION")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise pytest.UsageError(f"amp-conformance: {where}: cannot load it: "
+                                f"{type(exc).__name__}: {exc}") from None
+    if callable(obj) and not isinstance(obj, (*_KINDS, list, tuple, type)):
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001 - a library's factory may raise anything
+            raise pytest.UsageError(f"amp-conformance: {where}: calling {name}() raised "
+                                    f"{type(exc).__name__}: {exc}") from None
+    return obj
+
+
+def _declarations(where: str, result: Any) -> list[Any]:
+    if isinstance(result, _KINDS):
+        return [result]
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    raise pytest.UsageError(f"amp-conformance: {where}: gave {type(result).__name__} "
+                            f"{reprlib.repr(result)}; expected a RegionFactory, a "
+                            "ForwardDecorator or a list of them")
+
+
+TIER = WrapperTier()
+PARAMS = {(FIXTURE,): params}

@@ -1,1 +1,0 @@
-"""Property-based checks (Hypothesis): strategies, profiles, state machine, properties."""
