@@ -5,6 +5,9 @@ import functools
 import pytest
 from _pytest import pytester as _pytester
 
+#: the helpers the tests of the check families share (planted bugs, assertions of the catch)
+pytest.register_assert_rewrite("tests.mutants")
+
 #: torch, the modules it imports lazily and keys caches on (sympy, mpmath), and Triton
 #: (a CUDA build's inductor imports it): its extension registers submodules
 #: (triton._C.libtriton.linear_layout) that a second import cannot make again
@@ -34,6 +37,52 @@ def expecttest_installed() -> None:
     without it."""
     pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install "
                                              "-e '.[dev]')")
+
+
+# -- the property checks, as the suite runs them ------------------------------------------
+
+
+@pytest.fixture
+def ci(monkeypatch):
+    """The ci profile (derandomized, 25 examples), whatever the run selected; restored
+    afterwards: the very settings the suite runs with, so a bug caught here is a bug the
+    suite catches."""
+    from amp_conformance.checks import profiles
+
+    monkeypatch.setattr(profiles, "_selected", "ci")
+    return profiles.selected()
+
+
+@pytest.fixture
+def ci_part(ci):
+    """The ci profile for an item of one part of a property (one op of a policy, one rule
+    of the region machine): what the suite's per-op and per-rule items run."""
+    from amp_conformance.checks import profiles
+
+    return profiles.selected_part()
+
+
+@pytest.fixture
+def ci_generated(ci):
+    """The ci profile's generated examples alone (no explicit examples, and no shrinking,
+    which these tests do not need): what the generator by itself catches."""
+    from hypothesis import Phase, settings
+
+    return settings(ci, phases=[Phase.generate])
+
+
+@pytest.fixture
+def state_restored():
+    """The test leaves the autocast state (cpu and cuda) as it found it. Not autouse: the
+    tests that plant bugs in autocast ask for it (``pytest.mark.usefixtures``)."""
+    from amp_conformance.core.state import AutocastState
+
+    before = {d: AutocastState.capture(d) for d in ("cpu", "cuda")}
+    yield
+    for device, state in before.items():
+        after = AutocastState.capture(device)
+        state.restore()
+        assert not state.diff(after), f"{device} autocast state leaked: {state.diff(after)}"
 
 
 # -- devices absent here -----------------------------------------------------------------

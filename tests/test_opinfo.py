@@ -1,14 +1,12 @@
 """The OpInfo tier (checks/opinfo): the reference autocast, the verdicts, the data file of
-departures, the option, the report's operator-surface table and the atlas."""
+departures, the option and the report's operator-surface table (the atlas built from it:
+tests/test_atlas.py)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,16 +16,13 @@ pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip 
 from amp_conformance.checks.opinfo import calls, check, judge, reference, source  # noqa: E402
 from amp_conformance.checks.opinfo.report import markdown, operator_surface  # noqa: E402
 from amp_conformance.checks.registry import mutants  # noqa: E402
-from amp_conformance.core import devices  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
 from amp_conformance.core.target import Target  # noqa: E402
 from amp_conformance.schema import departures  # noqa: E402
 from amp_conformance.schema.problems import OpListError  # noqa: E402
-from amp_conformance.tools import atlas  # noqa: E402
 
 CATALOGUE = mutants()
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = Target("cpu")
 
 
@@ -204,34 +199,6 @@ def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
     assert operator_surface(results[3:]) is None
 
 
-def test_the_atlas_page_is_its_json_and_a_slice_of_it_is_current():
-    data = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text())
-    assert (ROOT / "docs" / "atlas.md").read_text() == atlas.markdown(data)
-    assert set(data["ops"]) == {r.id for r in source.refs()} or data["torch"] != torch.__version__
-    if data["torch"] != torch.__version__:
-        pytest.skip(f"docs/data/atlas.json is of torch {data['torch']}, this is {torch.__version__}")
-    ops = ["addmm", "sin", "linalg.pinv-singular", "softmax", "cat", "nn.functional.binary_cross_entropy"]
-    fresh = atlas.build(["cpu", "cuda"], ops, isolated=False)
-    assert {op: {d: data["ops"][op][d] for d in ("cpu", "cuda")} for op in ops} == fresh["ops"]
-
-
-def test_the_default_atlas_covers_the_devices_core_names():
-    """Which devices the atlas covers by default is a device fact (core.devices), and the
-    committed docs/atlas.md is that atlas."""
-    assert devices.atlas_devices() == ("cpu", "cuda", "xpu", "mps")
-    parser = argparse.ArgumentParser()
-    atlas.add_arguments(parser)
-    assert parser.parse_args([]).devices == "cpu,cuda,xpu,mps"
-    data = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text())
-    assert tuple(data["devices"]) == devices.atlas_devices() and "command" not in data
-
-
-def test_atlas_drift_lists_changed_cells():
-    old = {"torch": "a", "ops": {"mm": {"cpu": "lower → bfloat16"}, "sin": {"cpu": "alone → float32"}}}
-    new = {"torch": "b", "ops": {"mm": {"cpu": "fp32 → float32"}, "sin": {"cpu": "alone → float32"}}}
-    assert atlas.diff(old, new) == ["mm [cpu]: lower → bfloat16  ->  fp32 → float32"]
-
-
 def test_one_process_may_judge_one_device_after_another():
     """The reference kernels serve one device's tables at a time (cpu, then fake cuda, then
     cpu again once gave the second device the first one's kernels)."""
@@ -242,20 +209,3 @@ def test_one_process_may_judge_one_device_after_another():
                                 (Target("cuda", fake=True), torch.float16, "nn.functional.conv3d"),
                                 (CPU, torch.bfloat16, "tensordot")]:
         assert outcomes(target, dtype, name) == {judge.AGREES}, (target, name)
-
-
-def test_an_atlas_cell_that_kills_the_process_says_so_and_the_rest_is_made(tmp_path):
-    """A backend that dies in one op (tests/backends/amp_crash.py: AutocastCPU roll aborts)
-    costs that cell only: the atlas runs each device's cells in a child and goes on past it."""
-    backends = Path(__file__).parent / "backends"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(backends), os.environ.get("PYTHONPATH")])))
-    out = tmp_path / "atlas.json"
-    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "atlas", "--devices", "cpu",
-                           "--backend-module", "amp_crash", "--ops", "add,roll,mm",
-                           "--json", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    cells = {op: c["cpu"] for op, c in json.loads(out.read_text())["ops"].items()}
-    assert cells["roll"] == "crashed the process (killed by SIGABRT)", cells
-    assert cells["add"].startswith("alone → ") and cells["mm"] == "lower → bfloat16", cells

@@ -1,4 +1,5 @@
-"""The op-list loader: every shipped list loads; malformed entries name file, id and field."""
+"""The op-list loader: every shipped list loads; malformed entries name file, id and field;
+a derived list (``derive_from``) inherits its base's entries, relabelled, minus its drops."""
 
 import textwrap
 
@@ -294,3 +295,46 @@ def test_a_builtin_promote_entry_with_one_dtype_per_output_is_checked_outside(tm
     entry = next(e for e in oplist.load("cpu", [str(wrong)]).entries if e.id == "two-outputs-wrong")
     with pytest.raises(AssertionError, match="int64"):
         check_outside(Case(Target("cpu"), torch.bfloat16, entry))
+
+
+# -- derived lists ([list] derive_from, drop) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "meta, words, field",
+    [
+        ('derive_from = "cpu"\n', "derive_from", "list.derive_from"),
+        ('drop = [{id = "mm", reason = "r"}]\n', "only applies to a list with derive_from", "list.drop"),
+        ('derive_from = "cuda"\ndrop = [{id = "mm"}]\n', "written reason", "list.drop[0].reason"),
+        ('derive_from = "cuda"\ndrop = [{id = "mm", overload = "aten::mm", reason = "r"}]\n',
+         "exactly one", "list.drop[0]"),
+    ],
+)
+def test_malformed_derivation(tmp_path, meta, words, field):
+    path = tmp_path / "derived.toml"
+    path.write_text(f'[list]\ndevice = "cpu"\n{meta}')
+    with pytest.raises(OpListError) as info:
+        oplist.parse_file(path)
+    assert words in str(info.value) and info.value.field == field, str(info.value)
+
+
+def test_drop_of_an_unknown_id_and_a_derivation_cycle(tmp_path):
+    path = tmp_path / "xpu_extra.toml"
+    path.write_text('[list]\ndevice = "xpu"\nderive_from = "cuda"\n'
+                    '[[list.drop]]\nid = "no-such-entry"\nreason = "r"\n')
+    with pytest.raises(OpListError, match="'no-such-entry' is no entry of the cuda list"):
+        oplist.load("xpu", [path])
+    cycle = tmp_path / "cuda_from_xpu.toml"
+    cycle.write_text('[list]\ndevice = "cuda"\nderive_from = "xpu"\n')
+    with pytest.raises(OpListError, match="circular derivation"):
+        oplist.load("cuda", [cycle])
+
+
+def test_derived_list_inherits_relabelled_entries_minus_drops():
+    xpu = oplist.load("xpu")
+    ids = {e.id for e in xpu.entries}
+    assert xpu.derived_from == "cuda"
+    assert "mm" in ids and "cudnn_convolution" not in ids and "lstm" in ids
+    assert all(e.device == "xpu" for e in xpu.entries)
+    assert {d.id for d in xpu.drops} >= {"cudnn_convolution", "cudnn_convolution_transpose"}
+    assert all(d.reason for d in xpu.drops)

@@ -4,7 +4,8 @@ import dataclasses
 from pathlib import Path
 
 from amp_conformance.schema import argspec, fields, oplist
-from amp_conformance.tools import discover
+from amp_conformance.tools.discover.observe import Observation, Row
+from amp_conformance.tools.discover.write import entry_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "oplists.md"
 #: Entry attributes no TOML key sets: the loader derives them
@@ -70,9 +71,9 @@ def test_discover_writes_keys_in_the_table_order(tmp_path):
         'tolerance = {rtol = 0.1, atol = 0.1}\nsince = "2.0"\nmethod = false\n'
         'category = "torch_16"\nop = "mm"\nid = "mm"\n')
     (entry,) = oplist.read_file(path)[1]
-    seen = discover.Observation("lower", ("bfloat16",), outside=("float32",))
-    table = discover.entry_table(discover.Row(entry, "lower", {"bfloat16": seen}), ["bfloat16"],
-                                 "cpu", restrict=True)
+    seen = Observation("lower", ("bfloat16",), outside=("float32",))
+    table = entry_table(Row(entry, "lower", {"bfloat16": seen}), ["bfloat16"], "cpu",
+                        restrict=True)
     order = [k for k in fields.ENTRY_KEYS if k in table]
     assert list(table) == order
     assert order[:5] == ["id", "op", "category", "method", "args"]

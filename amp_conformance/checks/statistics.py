@@ -6,7 +6,7 @@ device's kernel is never entered). Each example therefore labels what it exercis
 :func:`label` ("core assertion ran", "device mix", "cast payload", ...): the label goes to
 ``hypothesis.event`` and into the :class:`Reach` of the run, so that
 
-* the project's own tests (``tests/test_properties_reach.py``) assert floors on the
+* the project's own tests (``tests/test_statistics.py``) assert floors on the
   shares, and a generator that stops reaching its assertions fails CI;
 * a pytest run with ``--hypothesis-show-statistics`` prints them in an
   "amp-conformance property reach" section (the suite's items are not ``@given``

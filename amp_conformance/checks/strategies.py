@@ -19,16 +19,6 @@ import torch
 from hypothesis import strategies as st
 from torch.utils._pytree import tree_leaves, tree_map
 
-# How the policy properties call an op is plain data (call_forms); these names stay
-# importable from here, where the hook pytest_amp_conformance_property_forms first named them.
-from amp_conformance.checks.call_forms import (  # noqa: F401
-    FORMS,
-    ONE_DTYPE,
-    Lit,
-    Many,
-    Sizes,
-    tensor_count,
-)
 from amp_conformance.core.target import Target
 from amp_conformance.schema.argspec import other_device
 

@@ -184,8 +184,8 @@ class Settings:
     opinfo: bool = False
     #: --amp-opinfo-samples: "forms" (every argument form), "all", or the first N samples
     opinfo_samples: int | str = "forms"
-    #: how the policy properties call each op (``strategies.FORMS`` merged with the
-    #: ``pytest_amp_conformance_property_forms`` hooks); None: ``strategies.FORMS`` alone
+    #: how the policy properties call each op (``call_forms.FORMS`` merged with the
+    #: ``pytest_amp_conformance_property_forms`` hooks); None: ``call_forms.FORMS`` alone
     forms: Mapping[str, Callable[..., tuple]] | None = field(default=None, compare=False,
                                                              repr=False)
     #: the wrapper declarations of ``--wrapper`` and ``pytest_amp_conformance_wrappers``,

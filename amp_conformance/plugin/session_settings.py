@@ -89,7 +89,7 @@ def _check_lists(resolved: Settings, lists: OpList, hooked: set[str]) -> None:
 
 
 def property_forms(config: pytest.Config, device: str) -> dict[str, Callable[..., tuple]]:
-    """``strategies.FORMS`` merged with the results of the property-forms hooks, in call
+    """``call_forms.FORMS`` merged with the results of the property-forms hooks, in call
     order (a later form of an op wins); a malformed result is a usage error naming the hook
     implementation and the key. Nothing global changes: the run passes the merged table."""
     forms: dict[str, Callable[..., tuple]] = dict(FORMS)
@@ -118,7 +118,7 @@ def _form_problem(key: Any, form: Any) -> str | None:
                 "the op of the device's op-list entries)")
     if not callable(form):
         return (f"the form is {type(form).__name__} {reprlib.repr(form)}, not callable; "
-                "expected a function of strategies.Sizes returning the argument tuple")
+                "expected a function of call_forms.Sizes returning the argument tuple")
     try:
         args = form(_PROBE)
     except Exception as exc:  # noqa: BLE001 - a vendor's form may raise anything

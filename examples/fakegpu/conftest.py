@@ -6,7 +6,7 @@ resolved; a conftest deeper in the tree would be too late for these hooks.
 
 from pathlib import Path
 
-from amp_conformance.checks.strategies import Lit
+from amp_conformance.checks.call_forms import Lit
 
 HERE = Path(__file__).resolve().parent
 

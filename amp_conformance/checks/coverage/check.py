@@ -7,7 +7,7 @@ its call *reaches* under autocast, which is observed rather than guessed from it
 on a device without a matmul kernel it reaches ``aten::mm``; ``F.cross_entropy`` reaches
 ``aten::cross_entropy_loss`` on CPU and ``log_softmax`` + ``nll_loss`` on CUDA.
 
-How it is observed: :class:`amp_conformance.core.dispatch.Observer` (re-exported here)
+How it is observed: :class:`amp_conformance.core.dispatch.Observer`
 registers a Python kernel for every policy overload on a dispatch key above all
 ``Autocast*`` keys; it records the overload when the call is about to enter the device's
 autocast kernel and passes it on unchanged. Calls made *inside* an autocast kernel run
@@ -36,12 +36,7 @@ from amp_conformance.checks import fake_casts
 from amp_conformance.checks.case import Case
 from amp_conformance.checks.registry import not_applicable
 from amp_conformance.core import devices
-from amp_conformance.core.dispatch import (  # noqa: F401
-    OBSERVER_KEY,
-    Observer,
-    foreign_registrations,
-    policy_overloads,
-)
+from amp_conformance.core.dispatch import Observer, foreign_registrations, policy_overloads
 from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target, fake_supported

@@ -28,6 +28,6 @@ def policy_op_params(metafunc: Any, settings: Any) -> list[Any]:
         if not ops:
             found.append(pytest.param(policy, None, id=policy, marks=pytest.mark.skip(
                 reason=f"not applicable: no op of the {policy} policy in the {settings.device} "
-                       "op lists that the property knows how to call (strategies.FORMS and "
+                       "op lists that the property knows how to call (call_forms.FORMS and "
                        "the pytest_amp_conformance_property_forms hooks)")))
     return found

@@ -49,7 +49,7 @@ from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import Target
 from amp_conformance.schema.oplist import Entry, variants
 
-#: How the properties call an op: op name -> form (see ``strategies.FORMS``).
+#: How the properties call an op: op name -> form (see ``call_forms.FORMS``).
 Forms = Mapping[str, Callable[[Sizes], tuple]]
 
 #: The policies these properties cover, and the name a failure reports.

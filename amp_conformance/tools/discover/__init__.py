@@ -37,23 +37,8 @@ from amp_conformance.core import devices
 from amp_conformance.core.resolve import SettingsError, resolve
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
-from amp_conformance.tools.discover.observe import (  # noqa: F401 - the module's public names
-    LIST_POLICY,
-    REFERENCE_POLICY,
-    Observation,
-    Row,
-    classify,
-    matches,
-    observe,
-)
-from amp_conformance.tools.discover.write import (  # noqa: F401
-    category_for,
-    entry_table,
-    merge_expect,
-    raw_entry,
-    render_diff,
-    render_list,
-)
+from amp_conformance.tools.discover.observe import REFERENCE_POLICY, Row, observe
+from amp_conformance.tools.discover.write import render_diff, render_list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

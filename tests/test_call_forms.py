@@ -1,6 +1,7 @@
-"""The vendor's own property ops: the ``pytest_amp_conformance_property_forms`` hook.
+"""The forms of the property ops (``call_forms.FORMS``, checks/call_forms.py) and a vendor's
+own: the ``pytest_amp_conformance_property_forms`` hook.
 
-A hook's forms join ``strategies.FORMS`` for the run only (``Settings.forms``): an op it adds
+A hook's forms join ``call_forms.FORMS`` for the run only (``Settings.forms``): an op it adds
 becomes a policy-property item of every policy whose op-list entries name it, a malformed
 result is a usage error naming the hook and the key, and the op is really checked (a
 planted bug in its kernel fails its item; examples/fakegpu adds ``layer_norm``).
@@ -18,8 +19,8 @@ import pytest
 import torch
 
 from amp_conformance.checks import profiles
+from amp_conformance.checks.call_forms import FORMS, Lit, Sizes
 from amp_conformance.checks.policy import property as policy_properties
-from amp_conformance.checks.strategies import FORMS, Lit, Sizes
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import session_settings
 
@@ -29,7 +30,7 @@ SUITE = ("--pyargs", "amp_conformance.suite.test_properties", "-p", "no:randomly
 HOOK = session_settings.FORMS_HOOK
 #: prelu is a lower-precision op of the cpu lists that FORMS does not call
 PRELU_HOOK = f"""
-from amp_conformance.checks.strategies import Lit
+from amp_conformance.checks.call_forms import Lit
 
 def {HOOK}(config, device):
     return {{"prelu": lambda s: ((s.m, s.n), (s.n,))}}
@@ -107,7 +108,7 @@ def test_results_merge_in_call_order_over_FORMS(pytester):
         "hook-raises"])
 def test_a_malformed_hook_result_is_a_usage_error_naming_hook_and_key(inner_run, body, message):
     inner_run.makeconftest(f"""
-        from amp_conformance.checks.strategies import Lit
+        from amp_conformance.checks.call_forms import Lit
 
         def {HOOK}(config, device):
             {body}

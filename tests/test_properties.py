@@ -1,22 +1,18 @@
-"""The property checks run as one item per part, so an expected failure covers one part.
+"""The property checks (the suite module ``suite/test_properties.py``) run as one item per
+part, so an expected failure covers one part.
 
-``test_properties.py`` makes one item per (policy, op) of the device's op lists and one
-per rule of the region state machine, plus ``all_rules``; these tests run it through
-pytest (``pytester``, in-process) on cpu: the ids name the op and the rule and do not
-change between runs, an expected-failures line for one op's item marks that item only,
-and a rule whose item is an expected failure is left out of ``all_rules`` (which says
-so) while the other rules still run there.
+It makes one item per (policy, op) of the device's op lists and one per rule of the
+region state machine, plus ``all_rules``; these tests run it through pytest (``pytester``,
+in-process) on cpu: the ids name the op and the rule and do not change between runs, an
+expected-failures line for one op's item marks that item only, and a rule whose item is an
+expected failure is left out of ``all_rules`` (which says so) while the other rules still
+run there.
 """
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import pytest
 import torch
-from torch._C import DispatchKey, DispatchKeySet
-from torch.amp import autocast_mode
 
 from amp_conformance.checks import profiles
 from amp_conformance.checks.policy import params as policy_params
@@ -25,11 +21,16 @@ from amp_conformance.checks.regions import machine as regions
 from amp_conformance.core.target import Target
 from amp_conformance.plugin.options import Settings
 from amp_conformance.suite import test_properties as suite
-from tests.test_properties_catch import plant_inheriting_threads
+from tests.mutants import (
+    CPU,
+    below,
+    overridden,
+    plant_inheriting_threads,
+    plant_undecorating_decorator,
+)
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_properties", "-p", "no:randomly")
 POLICY_TESTS = ("test_policy_casts_only_eligible_inputs", "test_policy_equals_hand_cast_control")
-CPU = Target("cpu")
 
 
 @pytest.fixture
@@ -72,7 +73,6 @@ def test_ids_name_the_op_and_the_rule_and_are_stable(inner_run):
         Target("cuda", fake=True), ("float16",))
 
 
-@contextlib.contextmanager
 def mm_casting_float64():
     """A broken AutocastCPU mm kernel: it casts every floating input, float64 too."""
 
@@ -80,17 +80,10 @@ def mm_casting_float64():
         def cast(t):
             return t.to(torch.get_autocast_dtype("cpu")) if t.is_floating_point() else t
 
-        with torch._C._ExcludeDispatchKeyGuard(DispatchKeySet(DispatchKey.AutocastCPU)):
+        with below("AutocastCPU"):
             return torch.mm(cast(a), cast(b))
 
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
-            lib.impl("mm", mm, "AutocastCPU")
-        yield
-    finally:
-        lib._destroy()
+    return overridden("mm", "AutocastCPU", mm)
 
 
 def test_xfail_line_for_one_op_marks_only_its_item(inner_run):
@@ -134,7 +127,7 @@ def test_policy_without_candidates_keeps_one_skipped_item(monkeypatch):
 def _break_decorator_and_threads(monkeypatch) -> None:
     """Two rules broken: decorated_call (the decorator form makes no region) and
     fresh_thread (a new thread of the region machine inherits autocast state)."""
-    monkeypatch.setattr(autocast_mode.autocast, "__call__", lambda self, func: func)
+    plant_undecorating_decorator(monkeypatch)
     plant_inheriting_threads(monkeypatch)
 
 

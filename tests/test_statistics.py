@@ -20,9 +20,9 @@ from torch.amp import autocast_mode
 
 import amp_conformance.suite
 from amp_conformance.checks import profiles, statistics
+from amp_conformance.checks.call_forms import FORMS, Sizes, tensor_count
 from amp_conformance.checks.custom_fwd import check as cfp
 from amp_conformance.checks.policy import property as policy_properties
-from amp_conformance.checks.strategies import FORMS, Sizes, tensor_count
 from amp_conformance.core.target import Target
 
 SUITE = Path(amp_conformance.suite.__file__).parent
@@ -57,10 +57,8 @@ CAST_FLOORS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def ci(monkeypatch):
-    """The ci profile, whatever the run selected."""
-    monkeypatch.setattr(profiles, "_selected", "ci")
+#: the ci profile (tests/conftest.py), whatever the run selected
+pytestmark = pytest.mark.usefixtures("ci")
 
 
 def _assert_floors(reach: statistics.Reach, floors: dict[str, float],
