@@ -1,6 +1,6 @@
 """``python -m amp_conformance drift A.json B.json``: what changed between two conformance reports.
 
-Two reports (``--conformance-report``, schema ``amp-conformance-report/1``, see
+Two reports (``--conformance-report``, schema ``amp-conformance-report/2`` or ``/1``, see
 ``docs/report-schema.md``) are compared item by item, typically the same device on two torch
 versions. Items are matched on the test module, the test function and the parametrization
 id without its leading device type, so a report of another checkout or install path still
@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.core.errors import first_line
+from amp_conformance.plugin.report.journal import SCHEMA
 
-SCHEMA = "amp-conformance-report/1"
+#: the schemas drift reads: the current one and /1 (before reports named what they judged)
+SCHEMAS = (SCHEMA, "amp-conformance-report/1")
 #: the order kinds are listed in, and the precedence when an item changed in several ways
 KINDS = ("availability", "policy", "outcome", "message")
 NOT_APPLICABLE = "not applicable"
@@ -137,9 +139,10 @@ def load(path: str | Path) -> Report:
         raise ReportError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReportError(f"{path}: not a JSON file: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ReportError(f"{path}: not a conformance report (schema {found!r}, expected {SCHEMA!r})")
+        raise ReportError(f"{path}: not a conformance report (schema {found!r}, expected one of "
+                          f"{', '.join(SCHEMAS)})")
     _check_run(path, data.get("run"))
     results = data.get("results")
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):

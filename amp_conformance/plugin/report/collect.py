@@ -43,6 +43,7 @@ from amp_conformance.plugin.report.journal import (
     build_report,
     journal_path,
 )
+from amp_conformance.plugin.report.judged import judged
 from amp_conformance.plugin.report.paths import validate_report_path
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import declarations
@@ -191,6 +192,7 @@ class Collector:
     def _session_event(self) -> dict[str, Any]:
         s = settings(self.config)
         decl = declarations(self.config)
+        modules = list(self.config.getoption("amp_backend_modules") or [])
         return {
             "event": "session",
             "torch": torch.__version__,
@@ -199,11 +201,12 @@ class Collector:
             "fake": s.fake,
             "amp_dtypes": [devices.dtype_name(d) for d in s.amp_dtypes],
             "numerics": s.numerics,
+            "judged": judged(s.device, s.fake, modules),
             "options": {
                 "oplists": list(s.oplists),
                 "capabilities": decl.capabilities.as_json(),
                 "xfail_files": list(decl.xfail_files),
-                "backend_modules": list(self.config.getoption("amp_backend_modules") or []),
+                "backend_modules": modules,
                 "amp_dtypes_requested": list(self.config.getoption("amp_dtype") or []) or None,
                 "keyword": self.config.option.keyword or None,
                 "markexpr": self.config.option.markexpr or None,

@@ -23,7 +23,7 @@ from amp_conformance.checks import registry
 from amp_conformance.plugin.report import causes
 from amp_conformance.plugin.report.banner import blamed_op
 
-SCHEMA = "amp-conformance-report/1"
+SCHEMA = "amp-conformance-report/2"
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 #: an item that started but whose teardown never reported: the run stopped inside it
 UNFINISHED = "unfinished"

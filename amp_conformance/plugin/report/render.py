@@ -9,7 +9,7 @@ from typing import Any
 
 from amp_conformance.checks import registry
 from amp_conformance.core.errors import headline
-from amp_conformance.plugin.report import causes
+from amp_conformance.plugin.report import causes, judged
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
     lost_by_op,
@@ -25,7 +25,7 @@ from amp_conformance.plugin.report.banner import (
 )
 from amp_conformance.plugin.report.journal import families
 
-__all__ = ["render_html", "render_markdown", "run_warning"]
+__all__ = ["render_html", "render_markdown"]
 
 #: the per-entry checks, in registry order: the op matrix's columns
 OP_CHECKS = registry.names(per_entry=True)
@@ -388,7 +388,8 @@ def render_html(data: dict[str, Any]) -> str:
 <title>amp-conformance: {_e(data.get('device'))} · torch {_e(data.get('torch'))}</title>
 <style>{_CSS}</style><script>{_JS}</script></head>
 <body><header><h1>Autocast conformance — {_e(data.get('device'))}</h1>
-<div class="meta">{_e(meta)}</div></header>
+<div class="meta">{_e(meta)}</div>
+<div class="meta" id="judged">{_e(judged.line(data))}</div></header>
 <main>
 {_banner(data)}
 {_verdict(data)}
@@ -463,6 +464,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         *[line for note in notes(data) for line in (f"> **{note}**", "")],
         f"**{verdict(data)[1]}**",
         "",
+        *([f"Judged: {judged.line(data)}", ""] if judged.line(data) else []),
         f"**{s.get('passed', 0)} passed**, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
         f"{s.get('xfailed', 0)} expected failures, {s.get('xpassed', 0)} unexpected passes, "
         f"{s.get('skipped', 0)} skipped ({s.get('not_applicable', 0)} not applicable) — "
