@@ -488,28 +488,6 @@ def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
     assert {n for n, o in _outcomes(data).items() if o == "failed"} == callers
 
 
-def test_a_guard_stops_every_call_of_its_op_and_is_removed_again():
-    """core/quarantine: every overload of the op, under the device's Autocast key and its
-    backend key, raises Quarantined and is noted; release() brings the kernels back."""
-    import torch
-
-    from amp_conformance.core import quarantine
-
-    a = torch.ones(2, 2)
-    try:
-        assert quarantine.guard("cpu", "aten::mm.out")  # the op a probe's blame names
-        assert not quarantine.guard("cpu", "aten::mm")  # already guarded
-        with pytest.raises(quarantine.Quarantined, match="aten::mm is quarantined on cpu"):
-            torch.mm(a, a)
-        with pytest.raises(quarantine.Quarantined), torch.autocast("cpu"):
-            torch.mm(a, a)
-        assert quarantine.touched() == ["aten::mm"]
-        assert torch.add(a, a).sum().item() == 8  # other ops run
-    finally:
-        quarantine.release()
-    assert torch.mm(a, a).sum().item() == 8 and quarantine.touched() == []
-
-
 def test_a_command_to_a_worker_that_just_ended_is_dropped():
     """health.tolerate_ended: an OSError sending to a worker (its pipe gone: it ended, e.g.
     after losing its device at the same time as another worker) is dropped, as xdist drops

@@ -1,19 +1,25 @@
-"""Which of a device's Autocast kernels a call enters, observed through the dispatcher.
+"""Calls intercepted through the dispatcher above every Autocast key: which of a device's
+Autocast kernels a call enters (observers), and calls of ops that must not reach the device
+(fences).
 
-A kernel is registered for every overload of the device's autocast policy on a dispatch
-key above every Autocast key (``TESTING_ONLY_GenericWrapper``, which torch leaves empty);
-it notes the overload when the call is about to reach the device's Autocast kernel and
-passes the call on. The key is in a thread's dispatch set only while :meth:`recording`
-is active, so outside a recording every call skips the observer entirely.
+A kernel is registered per overload on a dispatch key above every Autocast key
+(``TESTING_ONLY_GenericWrapper``, which torch leaves empty); it tells every live observer
+and fence about the call and passes it on below itself. The key is in a thread's dispatch
+set only while :meth:`Observer.recording` or :func:`fenced` is active, so outside them every
+call skips these kernels entirely. Being above every key a backend registers on, the fence
+holds however the backend's kernels are registered (in C++, from Python, as a boxed
+fallback, or as a Python dispatch mode).
 
-The per-entry verdict uses it (an op whose policy needs an Autocast kernel must enter one:
-builtin type promotion can give the same dtypes as the promote policy, so dtypes alone
-would pass a backend without the kernel), and so does ``coverage``.
+The per-entry verdict uses the observer (an op whose policy needs an Autocast kernel must
+enter one: builtin type promotion can give the same dtypes as the promote policy, so dtypes
+alone would pass a backend without the kernel), and so does ``coverage``; the quarantine
+(``core.quarantine``) uses the fence.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -23,7 +29,7 @@ from torch.utils._pytree import tree_leaves
 from amp_conformance.core import devices
 
 #: A dispatch key above every Autocast key with no kernels of its own in torch: the
-#: observer's slot. (A key below autocast would see the call after casting, and the
+#: observers' and fences' slot. (A key below autocast would see the call after casting, and the
 #: fp32_append_dtype kernels redispatch to another overload, e.g. norm.Scalar to
 #: norm.ScalarOpt_dtype, so the entered overload would be lost.)
 OBSERVER_KEY = "TESTING_ONLY_GenericWrapper"
@@ -79,13 +85,21 @@ def _op_overload(name: str) -> Any:
     return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
 
 
-#: The observer key's registrations, shared by every live observer: torch allows one
-#: fallback per key and one Python kernel per (op, key) (a second library registering the
-#: same kernel is refused, "This is not allowed since there's already a kernel registered
-#: from python", on torch 2.11, and hides the first on 2.13). So there is one kernel per
-#: overload, telling every live observer, registered the first time an observer watches
-#: the overload and removed with the rest when the last observer exits.
+#: The observer key's registrations, shared by every live observer and fence: torch allows
+#: one fallback per key and one Python kernel per (op, key) (a second library registering
+#: the same kernel is refused, "This is not allowed since there's already a kernel
+#: registered from python", on torch 2.11, and hides the first on 2.13). So there is one
+#: kernel per overload, telling every live observer and fence, registered the first time
+#: one watches the overload and removed with the rest when the last one goes. It passes the
+#: call on below the key (not by excluding the key), so the calls the op makes in turn are
+#: seen too: a fenced op reached through a composite still meets its fence.
 _LIVE: list[Observer] = []
+#: overload name -> the fences' checks, each raising to stop the call
+_FENCES: dict[str, list[Callable[[str, tuple, dict], None]]] = {}
+#: the overloads some observer watches: observers see the calls made from outside them only
+#: (an op's own calls, e.g. stack's cat, are not the entry's call), fences every call
+_OBSERVED: set[str] = set()
+_INSIDE = threading.local()
 _LIBRARIES: dict[str | None, torch.library.Library] = {}  # namespace (None: the fallback)
 _KERNELS: set[str] = set()
 
@@ -98,29 +112,51 @@ def _library(namespace: str) -> torch.library.Library:
 
 def _shared_kernel(name: str) -> Callable[..., Any]:
     op = _op_overload(name)
-    below = torch._C.DispatchKeySet(OBSERVER_KEY)
+    below = torch._C._dispatch_keyset_full_after(OBSERVER_KEY)
 
-    def observe(*args: Any, **kwargs: Any) -> Any:
-        for observer in tuple(_LIVE):
-            observer._note(name, args, kwargs)
-        with torch._C._ExcludeDispatchKeyGuard(below):
-            return op(*args, **kwargs)
+    def intercept(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for check in tuple(_FENCES.get(name, ())):
+            check(name, args, kwargs)
+        if name not in _OBSERVED:
+            return op.redispatch(keyset & below, *args, **kwargs)
+        if not getattr(_INSIDE, "depth", 0):
+            for observer in tuple(_LIVE):
+                observer._note(name, args, kwargs)
+        _INSIDE.depth = getattr(_INSIDE, "depth", 0) + 1
+        try:
+            return op.redispatch(keyset & below, *args, **kwargs)
+        finally:
+            _INSIDE.depth -= 1
 
-    return observe
+    return intercept
 
 
-def _attach(observer: Observer) -> None:
-    if not _LIVE:
+def _register(names: Sequence[str]) -> None:
+    if None not in _LIBRARIES:
         fallback = torch.library.Library("_", "IMPL", OBSERVER_KEY)
         fallback.fallback(torch.library.fallthrough_kernel)
         _LIBRARIES[None] = fallback
+    for name in names:
+        if name not in _KERNELS:
+            namespace, _, rest = name.partition("::")
+            _library(namespace).impl(rest, _shared_kernel(name), OBSERVER_KEY, with_keyset=True)
+            _KERNELS.add(name)
+
+
+def _release_unused() -> None:
+    if not _LIVE:
+        _OBSERVED.clear()
+    if not _LIVE and not _FENCES:
+        while _LIBRARIES:
+            _LIBRARIES.popitem()[1]._destroy()
+        _KERNELS.clear()
+
+
+def _attach(observer: Observer) -> None:
     _LIVE.append(observer)
     try:
-        for name in observer.overloads:
-            if name not in _KERNELS:
-                namespace, _, rest = name.partition("::")
-                _library(namespace).impl(rest, _shared_kernel(name), OBSERVER_KEY)
-                _KERNELS.add(name)
+        _register(observer.overloads)
+        _OBSERVED.update(observer.overloads)
     except BaseException:
         _detach(observer)
         raise
@@ -129,10 +165,32 @@ def _attach(observer: Observer) -> None:
 def _detach(observer: Observer) -> None:
     if observer in _LIVE:
         _LIVE.remove(observer)
-    if not _LIVE:
-        while _LIBRARIES:
-            _LIBRARIES.popitem()[1]._destroy()
-        _KERNELS.clear()
+    _release_unused()
+
+
+def fence(overloads: Sequence[str], check: Callable[[str, tuple, dict], None]) -> None:
+    """Call ``check(overload, args, kwargs)`` before every call of ``overloads`` made inside
+    :func:`fenced`; it raises to stop the call. Kept until :func:`unfence`."""
+    for name in overloads:
+        _FENCES.setdefault(name, []).append(check)
+    try:
+        _register(overloads)
+    except BaseException:
+        unfence()
+        raise
+
+
+def unfence() -> None:
+    """Remove every fence."""
+    _FENCES.clear()
+    _release_unused()
+
+
+def fenced() -> contextlib.AbstractContextManager[Any]:
+    """The fences hold inside the block (in its thread, and autograd's for its backward)."""
+    if not _FENCES:
+        return contextlib.nullcontext()
+    return torch._C._IncludeDispatchKeyGuard(OBSERVER_KEY)
 
 
 class Observer:

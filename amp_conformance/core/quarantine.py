@@ -1,22 +1,31 @@
-"""Ops quarantined for losing the device: their kernels replaced by ones that raise.
+"""Ops quarantined for losing the device: calls of them stopped before they reach it.
 
 A kernel that loses the device on every call (a young backend's common bug) would cost one
 fresh process per item that calls it. Once the health probe blames an op (``… in
-aten::baddbmm``), every overload of it gets, under the device's Autocast key and under its
-backend key, a kernel that raises :class:`Quarantined` instead of reaching the faulty one:
-an item that calls the op stops before it touches the device (the plugin reports it *not
-run*, grouped by op), every other item runs and gets its verdict. Which op an item calls is
-not guessed from its name: whatever reaches the op (a composite, a device-generic check, a
-property) meets the guard.
+aten::baddbmm``), every overload of it is fenced: a call with an argument on the device
+raises :class:`Quarantined` instead of reaching the faulty kernel, so an item that calls
+the op stops before it touches the device (the plugin reports it *not run*, grouped by op)
+and every other item runs and gets its verdict. Which op an item calls is not guessed from
+its name: whatever reaches the op (a composite, a device-generic check, a property) meets
+the fence.
+
+The fence sits above every dispatch key a backend registers on (``core.dispatch``), so it
+holds however the faulty kernel is registered: per op in C++ or from Python, as a boxed
+fallback, or inside a Python dispatch mode. It holds in the item's thread (and autograd's);
+where torch lets the device's own kernels be replaced (a per-op kernel under its Autocast
+or backend key), they are replaced too, which holds in every thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import warnings
 
 import torch
+from torch.utils._pytree import tree_leaves
 
-from amp_conformance.core import devices
+from amp_conformance.core import devices, dispatch
 
 PREFIX = "aten::"
 
@@ -42,8 +51,8 @@ def _keys(device: str) -> tuple[str, str]:
 
 
 def guard(device: str, blamed: str) -> bool:
-    """Quarantine the op ``blamed`` names on ``device``; whether a guard was installed (an
-    op without overloads here, or already guarded, gets none)."""
+    """Quarantine the op ``blamed`` names on ``device``; whether it was newly fenced (an
+    op without overloads here, or already quarantined, is not)."""
     name = op_name(blamed)
     if name in _GUARDED:
         return False
@@ -53,29 +62,54 @@ def guard(device: str, blamed: str) -> bool:
     why = (f"{PREFIX}{name} is quarantined on {device}: it lost the device earlier in this "
            "run, so an item that calls it is not run")
 
-    def kernel(*args, **kwargs):
+    def stop() -> None:
         _TOUCHED.append(f"{PREFIX}{name}")
         raise Quarantined(why)
 
+    def check(overload: str, args: tuple, kwargs: dict) -> None:
+        if _touches(device, args, kwargs):
+            stop()
+
+    def kernel(*args, **kwargs):
+        stop()
+
+    overloads = [f"{PREFIX}{name}" + ("" if o == "default" else f".{o}") for o in packet.overloads()]
+    dispatch.fence(overloads, check)
+    _GUARDED[name] = _replace(overloads, _keys(device), kernel)
+    return True
+
+
+def _touches(device: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a call has a tensor (or names a device) of type ``device``."""
+    if isinstance(kwargs.get("device"), str) and kwargs["device"].split(":")[0] == device:
+        return True
+    return any((isinstance(x, torch.Tensor) and x.device.type == device)
+               or (isinstance(x, torch.device) and x.type == device)
+               for x in tree_leaves((args, kwargs)))
+
+
+def _replace(overloads: list[str], keys: tuple[str, ...], kernel) -> torch.library.Library:
+    """Replace the overloads' kernels under ``keys`` where torch lets them be replaced (not a
+    boxed fallback; a Python kernel only where ``allow_override`` exists)."""
     lib = torch.library.Library("aten", "IMPL")
-    installed = False
-    for overload in packet.overloads():
-        full = f"{PREFIX}{name}" + ("" if overload == "default" else f".{overload}")
-        for key in _keys(device):
+    override = ({"allow_override": True}
+                if "allow_override" in inspect.signature(lib.impl).parameters else {})
+    for full in overloads:
+        for key in keys:
             try:
                 if not torch._C._dispatch_has_kernel_for_dispatch_key(full, key):
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
-                    lib.impl(full.removeprefix(PREFIX), kernel, key)
-                installed = True
-            except RuntimeError:  # a kernel registered from Python that torch will not hide
+                    lib.impl(full.removeprefix(PREFIX), kernel, key, **override)
+            except RuntimeError:  # a kernel torch will not hide: the fence alone holds
                 continue
-    if not installed:
-        lib._destroy()
-        return False
-    _GUARDED[name] = lib
-    return True
+    return lib
+
+
+def fenced() -> contextlib.AbstractContextManager:
+    """The quarantine holds inside the block (the plugin enters it around each item)."""
+    return dispatch.fenced()
 
 
 def touched() -> list[str]:
@@ -88,7 +122,8 @@ def reset() -> None:
 
 
 def release() -> None:
-    """Remove every guard (the device's own kernels are back)."""
+    """Remove every fence and replacement (the device's own kernels are back)."""
+    dispatch.unfence()
     while _GUARDED:
         _GUARDED.popitem()[1]._destroy()
     reset()

@@ -4,7 +4,7 @@ When the health check (:mod:`amp_conformance.plugin.health`) finds the device lo
 probe blames an op (``… in aten::baddbmm``), the op is written to the run's quarantine file
 (``--amp-quarantine-file``: ``python -m amp_conformance run`` passes one to every process it
 starts; an xdist controller makes one for its workers). Wherever items run, the ops of that
-file are guarded before each item (:mod:`amp_conformance.core.quarantine`): an item that calls
+file are fenced around each item (:mod:`amp_conformance.core.quarantine`): an item that calls
 one stops before it reaches the device and is reported **not run: aten::baddbmm loses the
 device** (``Q``, "quarantined"), never passed or failed; every other item runs. A run with
 quarantined items is no full verdict: it exits non-zero (:mod:`amp_conformance.plugin.verdict`)
@@ -93,10 +93,12 @@ class Guard:
             quarantine.guard(settings(self.config).device, op)
         self.seen = len(ops)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         self._refresh()
         quarantine.reset()
+        with quarantine.fenced():
+            return (yield)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

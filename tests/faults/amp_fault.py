@@ -12,7 +12,10 @@ Two more are a young backend's common case, a kernel bug that is not a one-off:
 ``AMP_FAULT_OPS`` names (comma-separated, default ``baddbmm``), in every process; the probe
 then blames the op (``… in aten::baddbmm``). ``dead``: the device dies at its first use in
 every process (the probe passes once, before any item ran, and raises ever after).
-``AMP_FAULT_LOG=PATH`` appends the item running (``PYTEST_CURRENT_TEST``) at each call of a
+``AMP_FAULT_KIND`` says how the persistent fault's kernels are registered: ``kernel``
+(default: a per-op AutocastCPU kernel from ``torch.library``) or ``mode`` (the backend runs
+its ops through a Python dispatch mode, active from its import, that loses the device at
+those ops). ``AMP_FAULT_LOG=PATH`` appends the item running (``PYTEST_CURRENT_TEST``) at each call of a
 faulty kernel, so a test knows which items call it.
 """
 
@@ -22,8 +25,10 @@ import sys
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
 
 FAULT = os.environ.get("AMP_FAULT", "")
+KIND = os.environ.get("AMP_FAULT_KIND", "kernel")
 OPS = [op for op in os.environ.get("AMP_FAULT_OPS", "baddbmm").split(",") if op]
 
 if FAULT == "raise":
@@ -72,6 +77,14 @@ def _log() -> None:
             out.write(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0] + "\n")
 
 
+def _lose(name: str) -> None:
+    """A call of a faulty op: the first loses the device, every later one finds it lost."""
+    _log()
+    if _STATE["lost"]:
+        raise RuntimeError(f"{LOST} in aten::{_STATE['op']}")
+    _STATE["lost"], _STATE["op"] = True, name
+
+
 def _faulty(name):
     """A lower-precision AutocastCPU kernel for ``aten::name`` that loses the device."""
     op = getattr(torch.ops.aten, name).default
@@ -81,18 +94,27 @@ def _faulty(name):
         return x.to(torch.get_autocast_dtype("cpu")) if ok else x
 
     def kernel(*args, **kwargs):
-        _log()
-        if _STATE["lost"]:
-            raise RuntimeError(f"{LOST} in aten::{_STATE['op']}")
-        _STATE["lost"], _STATE["op"] = True, name
+        _lose(name)
         with torch._C._ExcludeDispatchKeyGuard(_KEYS):
             return op(*[cast(a) for a in args], **kwargs)
 
     return kernel
 
 
+class _Backend(TorchDispatchMode):
+    """A backend that runs every op through Python: the faulty ones lose the device."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in OPS:
+            _lose(name)
+        return func(*args, **(kwargs or {}))
+
+
 if FAULT in ("exit0", "abort", "hang", "leak", "lost"):
     _LIB.impl("mm", _mm, "AutocastCPU")
-if FAULT == "persistent":
+if FAULT == "persistent" and KIND == "mode":
+    _push_mode(_Backend())
+elif FAULT == "persistent":
     for _name in OPS:
         _LIB.impl(_name, _faulty(_name), "AutocastCPU")
