@@ -43,13 +43,17 @@ CATCHERS = {
     "unscale-twice-allowed": lambda: scaler.check_unscale_once("cpu"),
     "fused-step-ignores-inf": lambda: training.check_training(
         CPU, torch.bfloat16, cases.OPTIMIZERS[0], "fused"),
+    "fused-step-unscales-twice": lambda: training.check_training(
+        CPU, torch.bfloat16, cases.OPTIMIZERS[1], "fused", "unscale"),
+    "fused-step-on-inf-after-unscale": lambda: training.check_training(
+        CPU, torch.bfloat16, cases.OPTIMIZERS[0], "fused", "clip"),
 }
 
 
 def test_every_gradscaler_mutant_has_an_in_process_catcher():
     mine = {n for n, m in CATALOGUE.items() if "gradscaler" in m.select}
     assert mine == set(CATCHERS)
-    assert 6 <= len(mine) <= 13
+    assert 6 <= len(mine) <= 15
 
 
 @pytest.mark.parametrize("name", sorted(CATCHERS))
@@ -119,7 +123,11 @@ def test_declared_capabilities_skip_fused_and_sparse_with_their_reason(pytester)
                                 "gradscaler_training_fused or gradscaler_sparse")
     out = result.stdout.str()
     outcomes = result.parseoutcomes()
-    assert outcomes.get("skipped") == 14 and not {"passed", "failed"} & set(outcomes), out[-2000:]
+    # fused: per amp dtype (bfloat16, float16), optimizer and order; sparse: its cases and
+    # the embedding per amp dtype
+    fused = 2 * len(cases.OPTIMIZERS) * len(cases.ORDERS)
+    sparse = len(cases.SPARSE_CASES) + 2
+    assert outcomes.get("skipped") == fused + sparse and not {"passed", "failed"} & set(outcomes), out[-2000:]
     assert "device declares no fused optimizers" in out
     assert "device declares no sparse gradients (no COO)" in out
 

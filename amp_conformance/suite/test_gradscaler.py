@@ -148,18 +148,23 @@ def test_gradscaler_workflow(amp_target, amp_device, workflow):
 # -- scaled training against the control ------------------------------------------------------
 
 
+@pytest.mark.parametrize("order", list(cases.ORDERS))
+@pytest.mark.parametrize("impl", ["plain", "foreach"])
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
-def test_gradscaler_training(amp_target, amp_dtype, optimizer):
-    """foreach SGD/Adam/AdamW: scaled equals the unscaled control; an inf skips its step."""
+def test_gradscaler_training(amp_target, amp_dtype, optimizer, impl, order):
+    """SGD/Adam/AdamW in every documented call order: scaled equals the unscaled control;
+    a step with an inf or a nan is skipped."""
     _needs_values(amp_target, _NO_SCALER)
-    training.check_training(amp_target, amp_dtype, optimizer, "foreach")
+    training.check_training(amp_target, amp_dtype, optimizer, impl, order)
 
 
 @pytest.mark.amp_check("gradscaler_fused")
+@pytest.mark.parametrize("order", list(cases.ORDERS))
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
-def test_gradscaler_training_fused(amp_target, amp_dtype, optimizer):
-    """fused=True optimizers take the scaler's grad_scale/found_inf path instead."""
-    training.check_training(amp_target, amp_dtype, optimizer, "fused")
+def test_gradscaler_training_fused(amp_target, amp_dtype, optimizer, order):
+    """fused=True optimizers take the scaler's grad_scale/found_inf path instead: never
+    unscaled twice after unscale_, skipped on an inf or a nan."""
+    training.check_training(amp_target, amp_dtype, optimizer, "fused", order)
 
 
 # -- sparse gradients ---------------------------------------------------------------------------

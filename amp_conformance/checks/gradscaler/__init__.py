@@ -8,8 +8,9 @@ from amp_conformance.core.registry import Check
 CHECKS = (
     Check("gradscaler", "GradScaler: the unscale and update-scale kernels against plain ops and "
           "a model, the scaler's contract, scaled training against a control"),
-    Check("gradscaler_fused", "GradScaler with fused=True SGD/Adam/AdamW: scaled training "
-          "against a control, an inf skips its step", needs_values=True,
+    Check("gradscaler_fused", "GradScaler with fused=True SGD/Adam/AdamW in every documented "
+          "call order: scaled training against a control, never unscaled twice, an inf or a "
+          "nan skips its step", needs_values=True,
           capability="fused_optimizers"),
     Check("gradscaler_sparse", "GradScaler with sparse gradients, including uncoalesced float16 "
           "ones whose sum overflows", needs_values=True, capability="sparse_grads"),

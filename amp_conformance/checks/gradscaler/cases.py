@@ -195,6 +195,20 @@ OPTIMIZERS: tuple[OptimizerCase, ...] = (
     OptimizerCase("adamw", "AdamW", {"lr": 0.01, "weight_decay": 0.1}),
 )
 
+#: how an optimizer steps: torch.optim's three implementations (``fused`` needs the
+#: ``fused_optimizers`` capability and takes GradScaler's grad_scale/found_inf path)
+IMPLEMENTATIONS: dict[str, dict] = {"plain": {"foreach": False}, "foreach": {"foreach": True},
+                                    "fused": {"fused": True}}
+
+#: the documented call orders of one scaled training step -> how messages write them
+ORDERS: dict[str, str] = {
+    "step": "scale -> backward -> step -> update",
+    "unscale": "scale -> backward -> unscale_ -> step -> update",
+    "clip": "scale -> backward -> unscale_ -> clip_grad_norm_ -> step -> update",
+    "two_optimizers": "scale -> backward -> unscale_(first) -> step(first) -> step(second) "
+                      "-> update (one scaler)",
+}
+
 #: the workflows of PyTorch's GradScaler tests, run scaled and unscaled (``training.py``)
 WORKFLOWS: tuple[str, ...] = ("clipping", "clipping-separate-unscale", "penalty",
                               "accumulation", "multiple")

@@ -218,3 +218,44 @@ register(Mutant(
     expect=("GradScaler.step", "fused=True", "must be skipped"),
     select="test_gradscaler_training_fused",
 ))
+
+
+def _fused_after_unscale(change: Callable[[dict], None]):
+    """GradScaler.step with ``change`` applied to a fused optimizer's state after unscale_."""
+    def wrap(original):
+        @functools.wraps(original)
+        def step(self, optimizer, *args, **kwargs):
+            state = self._per_optimizer_states[id(optimizer)]
+            if (self._enabled and getattr(optimizer, "_step_supports_amp_scaling", False)
+                    and state["stage"] is OptState.UNSCALED):
+                change(state)
+            return original(self, optimizer, *args, **kwargs)
+        return step
+    return wrap
+
+
+def _forget_unscaled(state: dict) -> None:
+    state["stage"] = OptState.READY  # so step hands grad_scale over again
+
+
+def _clear_found_inf(state: dict) -> None:
+    for t in state["found_inf_per_device"].values():
+        t.zero_()
+
+
+register(Mutant(
+    name="fused-step-unscales-twice",
+    description="after an explicit unscale_, GradScaler.step still hands a fused optimizer "
+                "grad_scale, so its gradients are unscaled a second time",
+    apply=patch(GradScaler, "step", _fused_after_unscale(_forget_unscaled)),
+    expect=("fused=True", "unscale_ -> step", "differs from the unscaled control"),
+    select="test_gradscaler_training_fused",
+))
+register(Mutant(
+    name="fused-step-on-inf-after-unscale",
+    description="after an explicit unscale_, GradScaler.step hands a fused optimizer a "
+                "found_inf of 0, so it steps on the inf or nan unscale_ found",
+    apply=patch(GradScaler, "step", _fused_after_unscale(_clear_found_inf)),
+    expect=("GradScaler.step", "fused=True", "unscale_ ->", "must be skipped"),
+    select="test_gradscaler_training_fused",
+))

@@ -5,9 +5,12 @@ control: same autocast, same optimizer, plain ``backward()``). The scale is a po
 two and the model's gradients stay far from float16's limits, so scaling then unscaling
 is exact and the two runs agree to :data:`TOLERANCE` (on CPU they agree bitwise; the
 tolerance leaves room for a device whose kernels round differently for scaled inputs).
-One step gets an inf planted in a gradient: the scaled run must skip exactly that step
-(the control simply does not step there), for every optimizer, and the optimizer state
-must not advance.
+Each documented call order (``cases.ORDERS``: with ``unscale_`` before ``step``, with
+clipping between them, two optimizers and one scaler) runs with torch.optim's plain,
+foreach and fused implementations; one step gets an inf planted in a gradient, a later
+one a nan: the scaled run must skip exactly those steps of the optimizer that owns the
+gradient (the control simply does not take them), its state must not advance, and a
+fused step after ``unscale_`` must not unscale again.
 
 The workflows of PyTorch's own GradScaler tests (clipping, clipping after a separate
 ``unscale_``, gradient penalty, accumulation, several models and optimizers) run the same
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from amp_conformance.checks.gradscaler.cases import OptimizerCase
+from amp_conformance.checks.gradscaler.cases import IMPLEMENTATIONS, ORDERS, OptimizerCase
 from amp_conformance.checks.gradscaler.kernels import model_update
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
@@ -33,7 +36,7 @@ SKIP = 2  # the step whose gradients get an inf
 INIT_SCALE = 128.0
 #: stated tolerance of scaled against unscaled training (float32 parameters)
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
-IMPLEMENTATIONS = {"foreach": {"foreach": True}, "fused": {"fused": True}}
+MAX_NORM = 0.2  # gradient clipping's bound (it clips the model's gradients at every step)
 
 
 def make_model(device: str, seed: int = 0) -> torch.nn.Sequential:
@@ -45,10 +48,11 @@ def make_model(device: str, seed: int = 0) -> torch.nn.Sequential:
     return model.to(device)
 
 
-def make_data(device: str, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def make_data(device: str, seed: int = 1,
+              steps: int = STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(8, 8, generator=gen).to(device), torch.randn(8, 8, generator=gen).to(device))
-            for _ in range(STEPS)]
+            for _ in range(steps)]
 
 
 def expected_scales(flags: list[bool], growth_interval: int = 1) -> list[float]:
@@ -119,6 +123,11 @@ def compare_states(where: str, scaled: torch.optim.Optimizer,
 
 # -- the scaled training check -------------------------------------------------------------
 
+#: training steps of the check, and the steps whose gradients get a non-finite value:
+#: step -> (the value, the layer of the model whose weight gradient holds it)
+TRAIN_STEPS = 6
+PLANTS: dict[int, tuple[float, int]] = {2: (math.inf, 1), 4: (math.nan, 0)}
+
 
 def make_optimizer(case: OptimizerCase, impl: str, params, device: str) -> torch.optim.Optimizer:
     try:
@@ -126,65 +135,98 @@ def make_optimizer(case: OptimizerCase, impl: str, params, device: str) -> torch
     except (RuntimeError, ValueError) as exc:
         hint = (" (a device without fused optimizers declares the capability "
                 "fused_optimizers = false)") if impl == "fused" else ""
-        raise ConformanceFailure(f"torch.optim.{case.name}({impl}=True) refused parameters on "
+        raise ConformanceFailure(f"torch.optim.{label(case, impl)} refused parameters on "
                                  f"{device}: {exc}{hint}") from None
 
 
-def train(target: Target, dtype: torch.dtype, case: OptimizerCase, impl: str,
+def label(case: OptimizerCase, impl: str) -> str:
+    return case.name + "(" + ", ".join(f"{k}={v}" for k, v in IMPLEMENTATIONS[impl].items()) + ")"
+
+
+def owner(order: str, layer: int) -> int:
+    """The optimizer that updates a layer: with two optimizers, one per layer."""
+    return layer if order == "two_optimizers" else 0
+
+
+def _value_name(value: float) -> str:
+    return "a nan" if math.isnan(value) else "an inf"
+
+
+def train(target: Target, dtype: torch.dtype, case: OptimizerCase, impl: str, order: str,
           scaled: bool) -> Trace:
+    """TRAIN_STEPS steps in ``order``; the control (``scaled=False``) backpropagates the
+    plain loss and leaves out the step of each optimizer whose gradients PLANTS spoils."""
     device = target.device
-    model, data = make_model(device), make_data(device)
-    opt = make_optimizer(case, impl, model.parameters(), device)
+    model, data = make_model(device), make_data(device, steps=TRAIN_STEPS)
+    groups = ([model[0].parameters(), model[1].parameters()] if order == "two_optimizers"
+              else [model.parameters()])
+    opts = [make_optimizer(case, impl, group, device) for group in groups]
     scaler = (torch.amp.GradScaler(device, init_scale=INIT_SCALE, growth_interval=1)
               if scaled else None)
-    trace = Trace(optimizers=[opt])
+    trace = Trace(optimizers=opts)
     for i, (x, y) in enumerate(data):
-        opt.zero_grad()
+        for opt in opts:
+            opt.zero_grad()
         with target.autocast(dtype):
             loss = F.mse_loss(model(x).float(), y)
-        if scaler is not None:
+        plant = PLANTS.get(i)
+        if scaler is None:
+            loss.backward()
+            if order == "clip":
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            for k, opt in enumerate(opts):
+                if plant is None or owner(order, plant[1]) != k:
+                    opt.step()
+        else:
             scaler.scale(loss).backward()
-            if i == SKIP:
-                model[1].weight.grad.fill_(math.inf)
-            scaler.step(opt)
+            if plant is not None:
+                model[plant[1]].weight.grad[0, 0] = plant[0]
+            if order != "step":
+                scaler.unscale_(opts[0])
+            if order == "clip":
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM,
+                                               error_if_nonfinite=False)
+            for opt in opts:
+                scaler.step(opt)
             scaler.update()
             trace.scales.append(scaler.get_scale())
-        else:
-            loss.backward()
-            if i != SKIP:
-                opt.step()
         trace.params.append(_snapshot([model]))
     return trace
 
 
-def check_training(target: Target, dtype: torch.dtype, case: OptimizerCase, impl: str) -> None:
-    """Scaled training equals the control; the step with an inf is skipped exactly."""
+def check_training(target: Target, dtype: torch.dtype, case: OptimizerCase, impl: str,
+                   order: str = "step") -> None:
+    """Scaled training in ``order`` equals the control: every step whose gradients hold an
+    inf or a nan is skipped (for that step's optimizer only), every other step is unscaled
+    exactly once, the scale follows the update rule, the optimizers' state keeps step."""
     device = target.device
-    label = f"{case.name}({impl}=True)"
-    where = (f"GradScaler.step/update with torch.optim.{label} under autocast({device!r}, "
-             f"{dtype})")
-    scaled = train(target, dtype, case, impl, scaled=True)
-    control = train(target, dtype, case, impl, scaled=False)
+    where = (f"torch.optim.{label(case, impl)} under autocast({device!r}, {dtype}), in the "
+             f"order {ORDERS[order]}")
+    scaled = train(target, dtype, case, impl, order, scaled=True)
+    control = train(target, dtype, case, impl, order, scaled=False)
     names = _names([make_model("cpu")])
-    for name, after, before in zip(names, scaled.params[SKIP], scaled.params[SKIP - 1],
-                                   strict=True):
-        if not torch.equal(after, before):
-            raise ConformanceFailure(f"GradScaler.step on {device} with torch.optim.{label} "
-                                     f"under autocast {dtype}: step {SKIP} has an inf gradient "
-                                     f"and must be skipped, but parameter {name} changed")
-    want = expected_scales([i == SKIP for i in range(STEPS)])
+    for i, (value, layer) in PLANTS.items():
+        k = owner(order, layer)
+        for name, after, before in zip(names, scaled.params[i], scaled.params[i - 1],
+                                       strict=True):
+            if owner(order, int(name.split(".")[1])) == k and not torch.equal(after, before):
+                raise ConformanceFailure(
+                    f"GradScaler.step with {where}: step {i} has {_value_name(value)} in a "
+                    f"gradient of optimizer {k} and must be skipped, but parameter {name} "
+                    f"changed")
+    want = expected_scales([i in PLANTS for i in range(TRAIN_STEPS)])
     if scaled.scales != want:
-        raise ConformanceFailure(f"GradScaler.update on {device} with torch.optim.{label} "
-                                 f"under autocast {dtype}: "
-                                 f"scales {scaled.scales} after the steps, expected {want} "
-                                 f"(growth_interval 1, an inf at step {SKIP})")
-    compare_runs(where, scaled, control, names)
-    compare_states(where, scaled.optimizers[0], control.optimizers[0])
+        raise ConformanceFailure(f"GradScaler.update with {where}: scales {scaled.scales} after "
+                                 f"the steps, expected {want} (growth_interval 1, a "
+                                 f"non-finite gradient at steps {sorted(PLANTS)})")
+    compare_runs(f"GradScaler with {where}", scaled, control, names)
+    for k, (got, control_opt) in enumerate(zip(scaled.optimizers, control.optimizers,
+                                               strict=True)):
+        compare_states(f"GradScaler with {where}, optimizer {k}", got, control_opt)
 
 
 # -- PyTorch's GradScaler workflows ----------------------------------------------------------
 
-MAX_NORM = 0.2
 ACCUMULATE = 2
 
 
