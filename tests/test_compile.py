@@ -16,7 +16,7 @@ import torch
 
 from amp_conformance.checks import compiling as backends
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.compile_regions import export, regions
+from amp_conformance.checks.compile_regions import bodies, export, regions
 from amp_conformance.checks.compile_regions import mutants as mutants_compile
 from amp_conformance.checks.compiled_policy import per_entry
 from amp_conformance.checks.registry import mutants
@@ -96,6 +96,7 @@ def test_conforming_scenarios_pass(backend):
     ("compile-stale-guard", "ambient_changes", "inside an other-dtype region"),
     ("compile-region-leaks-on-raise", "error_at_graph_break",
      "autocast state not restored after the compiled region raised"),
+    ("compile-legacy-positional-ignored", "call_forms", "['legacy-positional with, enabled="),
 ])
 def test_region_check_catches_broken_compile_path(mutant, scenario, text):
     before = AutocastState.capture("cpu")
@@ -149,7 +150,7 @@ def test_mutants_of_the_compile_tier_are_registered():
     mine = {n for n, m in CATALOGUE.items() if m.apply.__module__ == mutants_compile.__name__}
     assert mine == {"compile-region-other-dtype", "compile-region-traced-disabled",
                     "compile-region-leaks-on-raise", "compile-stale-guard",
-                    "compile-backend-drops-regions"}
+                    "compile-backend-drops-regions", "compile-legacy-positional-ignored"}
 
 
 # -- torch.export ----------------------------------------------------------------------
@@ -418,3 +419,13 @@ def test_a_fresh_compile_in_the_other_region_gets_its_own_artifact():
     assert scenario.known_defect("inductor", "2.13.0") is None
     assert scenario.known_defect("aot_eager", "2.11.0") is None
     regions.check(scenario, CPU, torch.bfloat16, "aot_eager")
+
+
+def test_call_forms_cover_both_constructors_and_every_spelling():
+    forms = bodies.call_forms("cpu")
+    assert sorted(forms) == sorted(f"{ctor}-{spelling}" for ctor in ("autocast", "legacy")
+                                   for spelling in ("positional", "keyword", "mixed"))
+    for name, make in forms.items():  # each spelling builds the region it is given
+        region = make("cpu", False, torch.float16, False)
+        assert (region.device, region.fast_dtype, region._enabled, region._cache_enabled) == (
+            "cpu", torch.float16, False, False), name

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_conformance.checks.compile_regions import regions
+from amp_conformance.checks.compile_regions import bodies
 
 PACKAGE = Path(__file__).resolve().parent.parent / "amp_conformance"
 
@@ -68,9 +68,9 @@ def test_the_scan_finds_such_a_call():
 def test_the_kernel_error_scenario_raises_on_the_host():
     """The scenario's error is a Python exception from a host-side kernel: raised at the
     call, on every device, and the op traces without running it (its fake kernel)."""
-    op = regions.raising_kernel()
+    op = bodies.raising_kernel()
     x = torch.ones(8, 8)
-    with pytest.raises(regions.KernelError, match="raised by the kernel"):
+    with pytest.raises(bodies.KernelError, match="raised by the kernel"):
         op(x)
     from torch._subclasses.fake_tensor import FakeTensorMode
 

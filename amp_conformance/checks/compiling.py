@@ -107,6 +107,10 @@ def compare_outputs(actual: Any, expected: Any, backend: str, numerics: str,
           and len(actual) == len(expected)):
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             compare_outputs(a, e, backend, numerics, None, f"{what}[{i}]")
+    elif (isinstance(expected, dict) and isinstance(actual, dict)
+          and list(actual) == list(expected)):
+        for key, e in expected.items():
+            compare_outputs(actual[key], e, backend, numerics, None, f"{what}[{key!r}]")
     else:  # a structure mismatch or a non-tensor: compare names it
         compare(actual, expected, "close", None, what)
 

@@ -38,8 +38,17 @@ def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str
             raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             compare(a, e, numerics, tolerance, f"{what}[{i}]")
+    elif isinstance(expected, dict):
+        if not isinstance(actual, dict) or list(actual) != list(expected):
+            raise ConformanceFailure(f"{what}: got {_keys(actual)}, expected {_keys(expected)}")
+        for key, e in expected.items():
+            compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]")
     elif actual != expected:
         raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")
+
+
+def _keys(value: Any) -> str:
+    return f"keys {list(value)}" if isinstance(value, dict) else type(value).__name__
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

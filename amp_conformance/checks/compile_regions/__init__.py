@@ -1,14 +1,15 @@
 """Autocast regions under ``torch.compile`` and ``torch.export``: a table of scenarios
-(``regions``: inside, around, nested, decorator, legacy, graph break, exception, ambient
-changes, a fresh compile in another region), each run eagerly and compiled call by call,
-and ``export``: regions kept by torch.export run as eager does."""
+(``regions``: inside, around, nested, decorator, legacy, every call form, graph break,
+exception, ambient changes, a fresh compile in another region), each run eagerly and
+compiled call by call, and ``export``: regions kept by torch.export run as eager does."""
 
 from amp_conformance.core.registry import Check
 
 CHECKS = (
-    Check("compile_regions", "autocast regions traced by torch.compile (inside, around, nested, "
-          "decorator, legacy, graph break, exception, ambient changes, a fresh compile in "
-          "another region) and kept by torch.export give eager's dtypes, values and state",
+    Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
+          "nested, decorator, legacy, every call form, graph break, exception, ambient "
+          "changes, a fresh compile in another region) and kept by torch.export give eager's "
+          "dtypes, values and state",
           capability="compile"),
 )
 

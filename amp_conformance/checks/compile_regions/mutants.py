@@ -40,6 +40,18 @@ def _traced_as(edit: Callable[[list], list]) -> Callable[[], Undo]:
     return apply
 
 
+def _legacy_positional_dropped() -> Undo:
+    """Dynamo binds only the keyword arguments of torch.<device>.amp.autocast: a positional
+    enabled/dtype/cache_enabled is traced as its default."""
+    def make(original):
+        def create(func, args, kwargs):
+            if func is not torch.amp.autocast_mode.autocast:
+                args = []
+            return original(func, args, kwargs)
+        return staticmethod(create)
+    return patch(_ctx_variable(), "create", make)()
+
+
 class _LeakyAutocast(torch.amp.autocast_mode.autocast):
     """Restores nothing when left because of an exception."""
 
@@ -104,6 +116,14 @@ register(Mutant(
     apply=_traced_as(lambda v: [v[0], v[1], False, v[3]]),
     expect=("compile_regions scenario 'inner_region'", "attribute 'dtype' do not match"),
     select="test_compile_region and inner_region] and eager",
+))
+register(Mutant(
+    name="compile-legacy-positional-ignored",
+    description="dynamo traces torch.<device>.amp.autocast(enabled, dtype, cache_enabled) "
+                "called positionally with its defaults instead of the arguments",
+    apply=_legacy_positional_dropped,
+    expect=("compile_regions scenario 'call_forms'", "['legacy-positional "),
+    select="test_compile_region and call_forms and aot_eager",
 ))
 register(Mutant(
     name="compile-region-leaks-on-raise",

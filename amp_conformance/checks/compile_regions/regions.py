@@ -16,7 +16,6 @@ Adding a scenario is one row of :data:`SCENARIOS`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ import torch
 
 from amp_conformance.checks import compiling as backends
 from amp_conformance.checks import fake_casts
+from amp_conformance.checks.compile_regions import bodies
+from amp_conformance.checks.compile_regions.bodies import Body, Env
 from amp_conformance.core import devices
 from amp_conformance.core.casting import map_tensors
 from amp_conformance.core.compare import compare
@@ -33,38 +34,6 @@ from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema.defects import registry as defect_registry
-
-Body = Callable[[torch.Tensor], Any]
-
-
-@dataclass(frozen=True)
-class Env:
-    """What a scenario's body is built from: the target, the amp dtype under test and
-    another amp dtype of the device (None where it supports only one)."""
-
-    target: Target
-    dtype: torch.dtype
-    other: torch.dtype | None
-
-    @property
-    def device(self) -> str:
-        return self.target.device
-
-    def dtype_of(self, which: str | None) -> torch.dtype | None:
-        """``"amp"``, ``"other"``, or the device's current autocast dtype (None)."""
-        return {"amp": self.dtype, "other": self.other, None: None}[which]
-
-    def region(self, which: str | None = "amp", enabled: bool = True,
-               cache_enabled: bool | None = None) -> torch.autocast:
-        """A ``torch.autocast`` region of the device, for use inside compiled code."""
-        return torch.autocast(self.device, dtype=self.dtype_of(which), enabled=enabled,
-                              cache_enabled=cache_enabled)
-
-
-def observe(device: str) -> tuple[bool, torch.dtype, bool]:
-    """The autocast state as code inside the region sees it (dynamo traces these reads)."""
-    return (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device),
-            torch.is_autocast_cache_enabled())
 
 
 @dataclass(frozen=True)
@@ -148,186 +117,57 @@ class Scenario:
         return None
 
 
-# -- the bodies -----------------------------------------------------------------------
-
-
-def _inner(env: Env) -> Body:
-    def body(x):
-        with env.region():
-            return torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _inner_no_cache(env: Env) -> Body:
-    def body(x):
-        with env.region(cache_enabled=False):
-            return torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _inner_default_dtype(env: Env) -> Body:
-    def body(x):
-        with torch.autocast(env.device):
-            return torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _plain(env: Env) -> Body:
-    def body(x):
-        return torch.mm(x, x), torch.softmax(x, 0), observe(env.device)
-    return body
-
-
-def _disabled_inner(env: Env) -> Body:
-    def body(x):
-        a = torch.mm(x, x)
-        with env.region(enabled=False):
-            b = torch.mm(x, x), observe(env.device)
-        return a, b, torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _decorated(env: Env) -> Body:
-    @env.region()
-    def body(x):
-        return torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _disabled_subregion(env: Env) -> Body:
-    def body(x):
-        with env.region():
-            a = torch.mm(x, x)
-            with env.region(enabled=False):
-                b = torch.mm(x, x), observe(env.device)
-            return a, b, torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _other_subregion(env: Env) -> Body:
-    def body(x):
-        with env.region():
-            with env.region("other"):
-                b = torch.mm(x, x), observe(env.device)
-            return b, torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _legacy(env: Env) -> Body:
-    legacy = devices.legacy_autocast(env.device)
-
-    def body(x):
-        with legacy(dtype=env.dtype):
-            return torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _graph_break(env: Env) -> Body:
-    def body(x):
-        with env.region():
-            a = torch.mm(x, x)
-            torch._dynamo.graph_break()
-            b = torch.mm(x, x), observe(env.device)
-        return a, b, torch.mm(x, x), observe(env.device)
-    return body
-
-
-def _raise_in_eager(x: torch.Tensor) -> None:
-    raise KeyError("raised by eager code inside the region")
-
-
-def _error_at_graph_break(env: Env) -> Body:
-    raise_in_eager = torch._dynamo.disable(_raise_in_eager)  # dynamo cannot trace it: a break
-
-    def body(x):
-        with env.region():
-            y = torch.mm(x, x)
-            raise_in_eager(y)
-            return y
-    return body
-
-
-class KernelError(RuntimeError):
-    """What the kernel of ``amp_conformance::raising_kernel`` raises."""
-
-
-@functools.cache
-def raising_kernel() -> Callable[[torch.Tensor], torch.Tensor]:
-    """An op whose kernel raises on the host, synchronously, on every device.
-
-    The scenario needs "a kernel raises inside a traced region" without an asynchronous
-    device error: an out-of-range index on CUDA is a device-side assert that leaves the
-    process's device context unusable for every later item. The op's fake kernel gives
-    the output's shape, so dynamo traces the call and the error happens when the graph runs.
-    """
-
-    @torch.library.custom_op("amp_conformance::raising_kernel", mutates_args=())
-    def op(x: torch.Tensor) -> torch.Tensor:
-        raise KernelError("raised by the kernel of amp_conformance::raising_kernel")
-
-    @op.register_fake
-    def _(x: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(x)
-
-    return op
-
-
-def _kernel_error(env: Env) -> Body:
-    op = raising_kernel()
-
-    def body(x):
-        with env.region():
-            y = torch.mm(x, x)
-            return op(y)
-    return body
-
-
 # -- the table ------------------------------------------------------------------------
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("inner_region", _inner, "torch.autocast(device, dtype) inside compiled code: "
+    Scenario("inner_region", bodies.inner, "torch.autocast(device, dtype) inside compiled code: "
              "the traced region's dtype and enabled flag"),
-    Scenario("inner_region_no_cache", _inner_no_cache, "cache_enabled=False traced into the "
+    Scenario("inner_region_no_cache", bodies.inner_no_cache, "cache_enabled=False traced into the "
              "region"),
-    Scenario("inner_region_default_dtype", _inner_default_dtype, "torch.autocast(device) "
+    Scenario("inner_region_default_dtype", bodies.inner_default_dtype, "torch.autocast(device) "
              "without dtype inside compiled code follows torch.set_autocast_dtype",
              calls=(DEFAULT_AMP, DEFAULT_OTHER), needs=frozenset({"inner", "other"}),
              graphs=(1, 2), known=(("*", "compile-stale-dtype-while-disabled"),)),
-    Scenario("outer_region", _plain, "a compiled function called inside a region",
+    Scenario("outer_region", bodies.plain, "a compiled function called inside a region",
              calls=(AMP,), needs=frozenset()),
-    Scenario("ambient_changes", _plain, "the same compiled function re-called as the ambient "
+    Scenario("ambient_changes", bodies.plain, "the same compiled function re-called as the ambient "
              "state changes: guards must see every change", calls=(
                  NO_REGION, AMP, OTHER, DISABLED_SAME, AMP, NO_REGION),
              needs=frozenset({"other"}), graphs=(3, 4),
              known=(("*", "compile-stale-ambient-dtype"),)),
-    Scenario("recompiled_in_other_region", _plain, "the same function compiled afresh inside "
+    Scenario("recompiled_in_other_region", bodies.plain, "the same function compiled afresh inside "
              "a region of the other dtype, PyTorch's compile caches on: a cached artifact "
              "serves only the region it was made for", calls=(AMP, OTHER), needs=frozenset(
                  {"other"}), graphs=(2, 2), recompile=True,
              known=(("inductor", "compile-cache-key-ignores-autocast-dtype"),)),
-    Scenario("dtype_change_while_disabled", _plain, "re-called after torch.set_autocast_dtype "
+    Scenario("dtype_change_while_disabled", bodies.plain, "re-called after torch.set_autocast_dtype "
              "while autocast is off: code reading the autocast dtype must see the change",
              calls=(DEFAULT_AMP, DEFAULT_OTHER), needs=frozenset({"other"}), graphs=(1, 2),
              known=(("*", "compile-stale-dtype-while-disabled"),)),
-    Scenario("inner_region_under_ambient", _inner, "the compiled region wins over the "
+    Scenario("inner_region_under_ambient", bodies.inner, "the compiled region wins over the "
              "ambient state it is called in", calls=(NO_REGION, OTHER, DISABLED),
              needs=frozenset({"inner", "other"}), graphs=(1, 3)),
-    Scenario("disabled_region_under_ambient", _disabled_inner, "an enabled=False region "
+    Scenario("disabled_region_under_ambient", bodies.disabled_inner, "an enabled=False region "
              "inside compiled code called inside a region", calls=(AMP,)),
-    Scenario("decorator", _decorated, "a function decorated with torch.autocast, compiled"),
-    Scenario("disabled_subregion", _disabled_subregion, "a nested enabled=False region "
+    Scenario("decorator", bodies.decorated, "a function decorated with torch.autocast, compiled"),
+    Scenario("disabled_subregion", bodies.disabled_subregion, "a nested enabled=False region "
              "restores the outer region inside the graph"),
-    Scenario("other_dtype_subregion", _other_subregion, "a nested region of the other amp "
+    Scenario("other_dtype_subregion", bodies.other_subregion, "a nested region of the other amp "
              "dtype restores the outer dtype inside the graph",
              needs=frozenset({"inner", "other"})),
-    Scenario("legacy_entry_point", _legacy, "torch.<device>.amp.autocast inside compiled "
+    Scenario("call_forms", bodies.every_call_form, "torch.autocast and torch.<device>.amp.autocast "
+             "called positionally, by keyword and mixed inside compiled code, as a context "
+             "manager and as a decorator, enabled with the cache off and disabled with it "
+             "on"),
+    Scenario("legacy_entry_point", bodies.legacy, "torch.<device>.amp.autocast inside compiled "
              "code", needs=frozenset({"inner", "legacy"})),
-    Scenario("graph_break", _graph_break, "a graph break inside a region: the resumed code "
+    Scenario("graph_break", bodies.graph_break, "a graph break inside a region: the resumed code "
              "runs in the region, the code after it outside", graphs=(2, 3)),
-    Scenario("error_at_graph_break", _error_at_graph_break, "an exception raised by eager "
+    Scenario("error_at_graph_break", bodies.error_at_graph_break, "an exception raised by eager "
              "code at a graph break inside a region", raises=KeyError),
-    Scenario("kernel_error", _kernel_error, "an exception raised by a kernel inside a traced "
-             "region", raises=KernelError, known=(("eager", "compile-region-leaks-on-raise"),)),
+    Scenario("kernel_error", bodies.kernel_error, "an exception raised by a kernel inside a traced "
+             "region", raises=bodies.KernelError,
+             known=(("eager", "compile-region-leaks-on-raise"),)),
 )
 
 

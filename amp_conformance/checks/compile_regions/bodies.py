@@ -1,0 +1,225 @@
+"""The compile_regions scenarios' bodies: functions with autocast regions, each built
+for an :class:`Env` and returning its tensors and the autocast state it observed inside."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from amp_conformance.core.devices import legacy_autocast
+from amp_conformance.core.target import Target
+
+Body = Callable[[torch.Tensor], Any]
+
+
+@dataclass(frozen=True)
+class Env:
+    """What a scenario's body is built from: the target, the amp dtype under test and
+    another amp dtype of the device (None where it supports only one)."""
+
+    target: Target
+    dtype: torch.dtype
+    other: torch.dtype | None
+
+    @property
+    def device(self) -> str:
+        return self.target.device
+
+    def dtype_of(self, which: str | None) -> torch.dtype | None:
+        """``"amp"``, ``"other"``, or the device's current autocast dtype (None)."""
+        return {"amp": self.dtype, "other": self.other, None: None}[which]
+
+    def region(self, which: str | None = "amp", enabled: bool = True,
+               cache_enabled: bool | None = None) -> torch.autocast:
+        """A ``torch.autocast`` region of the device, for use inside compiled code."""
+        return torch.autocast(self.device, dtype=self.dtype_of(which), enabled=enabled,
+                              cache_enabled=cache_enabled)
+
+
+def observe(device: str) -> tuple[bool, torch.dtype, bool]:
+    """The autocast state as code inside the region sees it (dynamo traces these reads)."""
+    return (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device),
+            torch.is_autocast_cache_enabled())
+
+
+def inner(env: Env) -> Body:
+    def body(x):
+        with env.region():
+            return torch.mm(x, x), observe(env.device)
+    return body
+
+
+def inner_no_cache(env: Env) -> Body:
+    def body(x):
+        with env.region(cache_enabled=False):
+            return torch.mm(x, x), observe(env.device)
+    return body
+
+
+def inner_default_dtype(env: Env) -> Body:
+    def body(x):
+        with torch.autocast(env.device):
+            return torch.mm(x, x), observe(env.device)
+    return body
+
+
+def plain(env: Env) -> Body:
+    def body(x):
+        return torch.mm(x, x), torch.softmax(x, 0), observe(env.device)
+    return body
+
+
+def disabled_inner(env: Env) -> Body:
+    def body(x):
+        a = torch.mm(x, x)
+        with env.region(enabled=False):
+            b = torch.mm(x, x), observe(env.device)
+        return a, b, torch.mm(x, x), observe(env.device)
+    return body
+
+
+def decorated(env: Env) -> Body:
+    @env.region()
+    def body(x):
+        return torch.mm(x, x), observe(env.device)
+    return body
+
+
+def disabled_subregion(env: Env) -> Body:
+    def body(x):
+        with env.region():
+            a = torch.mm(x, x)
+            with env.region(enabled=False):
+                b = torch.mm(x, x), observe(env.device)
+            return a, b, torch.mm(x, x), observe(env.device)
+    return body
+
+
+def other_subregion(env: Env) -> Body:
+    def body(x):
+        with env.region():
+            with env.region("other"):
+                b = torch.mm(x, x), observe(env.device)
+            return b, torch.mm(x, x), observe(env.device)
+    return body
+
+
+def legacy(env: Env) -> Body:
+    legacy = legacy_autocast(env.device)
+
+    def body(x):
+        with legacy(dtype=env.dtype):
+            return torch.mm(x, x), observe(env.device)
+    return body
+
+
+#: how a region is spelled: (constructor, spelling) -> make(device, enabled, dtype, cache)
+Make = Callable[[str, bool, torch.dtype, bool], Any]
+
+
+def call_forms(device: str) -> dict[str, Make]:
+    """Every call form of torch.autocast and of the device's legacy constructor
+    (``torch.<device>.amp.autocast(enabled, dtype, cache_enabled)``), by name."""
+    forms: dict[str, Make] = {
+        "autocast-positional": lambda d, e, t, c: torch.autocast(d, t, e, c),
+        "autocast-keyword": lambda d, e, t, c: torch.autocast(
+            device_type=d, dtype=t, enabled=e, cache_enabled=c),
+        "autocast-mixed": lambda d, e, t, c: torch.autocast(d, t, enabled=e, cache_enabled=c),
+    }
+    legacy = legacy_autocast(device)
+    if legacy is not None:
+        forms.update({
+            "legacy-positional": lambda d, e, t, c: legacy(e, t, c),
+            "legacy-keyword": lambda d, e, t, c: legacy(enabled=e, dtype=t, cache_enabled=c),
+            "legacy-mixed": lambda d, e, t, c: legacy(e, dtype=t, cache_enabled=c),
+        })
+    return forms
+
+
+#: the two regions each form opens: every argument away from its default in one of them
+FORM_ARGS = ((True, False), (False, True))  # (enabled, cache_enabled), with the amp dtype
+
+
+def every_call_form(env: Env) -> Body:
+    """Each form, called inside compiled code, as a context manager and as a decorator, in
+    FORM_ARGS's two regions; the outputs are named by form, use and enabled flag."""
+    forms = list(call_forms(env.device).items())
+    device, dtype = env.device, env.dtype
+
+    def inner(x):
+        return torch.mm(x, x), observe(device)
+
+    def body(x):
+        out = {}
+        for name, make in forms:
+            for enabled, cache in FORM_ARGS:
+                with make(device, enabled, dtype, cache):
+                    out[f"{name} with, enabled={enabled}"] = inner(x)
+                out[f"{name} decorator, enabled={enabled}"] = make(
+                    device, enabled, dtype, cache)(inner)(x)
+        return out
+    return body
+
+
+def graph_break(env: Env) -> Body:
+    def body(x):
+        with env.region():
+            a = torch.mm(x, x)
+            torch._dynamo.graph_break()
+            b = torch.mm(x, x), observe(env.device)
+        return a, b, torch.mm(x, x), observe(env.device)
+    return body
+
+
+def _raise_in_eager(x: torch.Tensor) -> None:
+    raise KeyError("raised by eager code inside the region")
+
+
+def error_at_graph_break(env: Env) -> Body:
+    raise_in_eager = torch._dynamo.disable(_raise_in_eager)  # dynamo cannot trace it: a break
+
+    def body(x):
+        with env.region():
+            y = torch.mm(x, x)
+            raise_in_eager(y)
+            return y
+    return body
+
+
+class KernelError(RuntimeError):
+    """What the kernel of ``amp_conformance::raising_kernel`` raises."""
+
+
+@functools.cache
+def raising_kernel() -> Callable[[torch.Tensor], torch.Tensor]:
+    """An op whose kernel raises on the host, synchronously, on every device.
+
+    The scenario needs "a kernel raises inside a traced region" without an asynchronous
+    device error: an out-of-range index on CUDA is a device-side assert that leaves the
+    process's device context unusable for every later item. The op's fake kernel gives
+    the output's shape, so dynamo traces the call and the error happens when the graph runs.
+    """
+
+    @torch.library.custom_op("amp_conformance::raising_kernel", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        raise KernelError("raised by the kernel of amp_conformance::raising_kernel")
+
+    @op.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    return op
+
+
+def kernel_error(env: Env) -> Body:
+    op = raising_kernel()
+
+    def body(x):
+        with env.region():
+            y = torch.mm(x, x)
+            return op(y)
+    return body
