@@ -1,0 +1,283 @@
+"""The policy inside a ``torch.func`` transform is the policy outside it.
+
+One item per (transform, op list): every entry of the list is called under autocast with
+the transform and without it, and must give the same output dtypes and values (within
+the entry's tolerance, or torch.testing's per-dtype defaults: a batching rule may run
+another kernel, ``bmm`` for ``mm``). ``vmap`` maps over two samples of the entry's
+arguments stacked; ``grad`` and ``jacrev`` differentiate the float32 sum of its outputs
+with respect to its first floating input, the output itself kept as auxiliary. An entry
+the transform cannot run without autocast either (no batching rule, random, not
+differentiable) is a limit of the transform, counted, not a departure; an item whose
+every entry is such a limit is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import tomllib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from amp_conformance.checks.case import Case, load_oplist
+from amp_conformance.checks.defects import FIXED, PROPERTY, REPRODUCED, record_of
+from amp_conformance.checks.reproduction import callables
+from amp_conformance.core.casting import output_dtypes, tensors_in
+from amp_conformance.core.compare import compare
+from amp_conformance.core.errors import (
+    ConformanceFailure,
+    NotApplicable,
+    describe_error,
+    first_line,
+)
+from amp_conformance.core.target import Target
+from amp_conformance.schema import argspec
+from amp_conformance.schema.defects import registry as defect_registry
+from amp_conformance.schema.oplist import OpListError, builtin_dir
+
+FIXTURES = ("transform", "category")
+TRANSFORMS = ("vmap", "grad", "jacrev")
+
+
+class Limit(Exception):
+    """The transform cannot run this call, with autocast or without."""
+
+
+def categories(device: str, oplists: tuple[str, ...] = ()) -> list[str]:
+    """The device's op lists with a policy to hold (not the banned list), in file order."""
+    seen = {e.category: None for e in load_oplist(device, oplists).entries
+            if e.policy != "banned"}
+    return list(seen)
+
+
+def params(metafunc: Any, settings: Any) -> list[Any]:
+    return [pytest.param(t, c, id=f"{t}-{c}") for t in TRANSFORMS
+            for c in categories(settings.device, settings.oplists)]
+
+
+# -- one call, transformed and not ---------------------------------------------------
+
+
+def _second_sample(case: Case) -> tuple:
+    builder = argspec.Builder(case.target.device, case.amp_dtype, case.seed + 1)
+    return tuple(builder.build(s) for s in case.entry.args)
+
+
+def _vmap(case: Case, fn: Callable, args: tuple, kwargs: dict) -> list[tuple[Any, Any]]:
+    """(transformed, untransformed) output per sample: vmap over both samples stacked."""
+    other = _second_sample(case)
+    in_dims = tuple(0 if isinstance(a, torch.Tensor) else None for a in args)
+    if not any(d == 0 for d in in_dims):
+        raise Limit("no tensor argument to map over")
+    stacked = [torch.stack([a, b]) if d == 0 else a for a, b, d in zip(args, other, in_dims, strict=True)]
+    call = functools.partial(fn, **kwargs)
+    batched = _run(lambda: torch.func.vmap(call, in_dims=in_dims)(*stacked))
+    return [(torch.utils._pytree.tree_map(
+        lambda t, k=k: t[k] if isinstance(t, torch.Tensor) else t, batched), call(*sample))
+        for k, sample in enumerate((args, other))]
+
+
+def _differentiate(transform: Callable, case: Case, fn: Callable, args: tuple,
+                   kwargs: dict) -> list[tuple[Any, Any]]:
+    """(transformed, untransformed) (gradient, output) of the float32 sum of the outputs
+    with respect to the first floating argument: torch.func against torch.autograd."""
+    index = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                  and a.is_floating_point()), None)
+    if index is None:
+        raise Limit("no floating tensor argument to differentiate")
+
+    def loss(x):
+        out = fn(*args[:index], x, *args[index + 1:], **kwargs)
+        floats = [t for t in tensors_in(out) if t.is_floating_point()]
+        if not floats:
+            raise Limit("no floating output to differentiate")
+        return sum(t.float().sum() for t in floats), out
+
+    transformed = _run(lambda: transform(loss, has_aux=True)(args[index]))
+    x = args[index].detach().requires_grad_()
+    value, out = loss(x)
+    if not value.requires_grad:
+        raise Limit("the output does not depend on the input")
+    (grad,) = torch.autograd.grad(value, x)
+    return [(transformed, (grad, out))]
+
+
+def _run(thunk: Callable[[], Any]) -> Any:
+    try:
+        return thunk()
+    except Limit:
+        raise
+    except Exception as exc:  # judged by _outcome: with autocast only, or a limit
+        raise _Raised(exc) from None
+
+
+class _Raised(Exception):
+    def __init__(self, exc: BaseException):
+        super().__init__(describe_error(exc, 160))
+
+
+RUN = {"vmap": _vmap,
+       "grad": functools.partial(_differentiate, lambda f, **k: torch.func.grad(f, **k)),
+       "jacrev": functools.partial(_differentiate, lambda f, **k: torch.func.jacrev(f, **k))}
+
+
+def _pairs(case: Case, transform: str, autocast: bool) -> list[tuple[Any, Any]]:
+    _, fn = callables(case)[0]
+    args, kwargs = case.build_inputs()
+    with case.target.autocast(case.amp_dtype) if autocast else contextlib.nullcontext():
+        return RUN[transform](case, fn, args, kwargs)
+
+
+def _float32_inputs(case: Case) -> Case:
+    """The case with its eligible inputs made float32 (a call every op runs)."""
+    return dataclasses.replace(case, amp_dtype=torch.float32)
+
+
+def departure(case: Case, transform: str) -> str | None:
+    """What the transformed call under autocast does differently, or None; Limit where the
+    transform cannot run the call on float32 inputs without autocast either."""
+    try:
+        pairs = _pairs(case, transform, autocast=True)
+    except _Raised as exc:
+        try:
+            _pairs(_float32_inputs(case), transform, autocast=False)
+        except (_Raised, Limit):
+            raise Limit(str(exc)) from None
+        return f"raised {exc} under autocast; without autocast on float32 inputs it runs"
+    tolerance = case.entry.tolerance or _TOLERANCE.get(case.amp_dtype)
+    for k, (got, want) in enumerate(pairs):
+        sample = f" (sample {k})" if transform == "vmap" else ""
+        if output_dtypes(got) != output_dtypes(want):
+            return f"output dtypes {_names(got)}, untransformed {_names(want)}{sample}"
+        try:
+            compare(got, want, "close", tolerance, "transformed vs untransformed")
+        except ConformanceFailure as exc:
+            return first_line(exc) + sample
+    return None
+
+
+#: values computed in the amp dtype along two paths (a batching rule, functorch's backward
+#: formulas) agree to the amp dtype's precision, not to their float32 results'
+_TOLERANCE = {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-5},
+              torch.float16: {"rtol": 1e-3, "atol": 1e-5}}
+
+
+def _names(value: Any) -> list[str]:
+    return [str(d).removeprefix("torch.") for d in output_dtypes(value)]
+
+
+# -- PyTorch's own departures --------------------------------------------------------
+
+KNOWN_FILE = "transforms.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """The entries whose policy PyTorch itself loses under a transform, and the defect."""
+
+    defect: str
+    entries: frozenset[str]
+
+
+@functools.cache
+def known() -> dict[str, Known]:
+    """oplists/transforms.toml, by transform (OpListError names the file and field)."""
+    path = builtin_dir() / KNOWN_FILE
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    found = {}
+    for transform, table in data.items():
+        where = f"{path}: [{transform}]"
+        if transform not in TRANSFORMS:
+            raise OpListError(f"{where}: unknown transform (allowed: {', '.join(TRANSFORMS)})")
+        if table.get("defect") not in defect_registry():
+            raise OpListError(f"{where}: field 'defect' must name a defect of defects.toml, "
+                              f"got {table.get('defect')!r}")
+        entries = table.get("entries")
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise OpListError(f"{where}: field 'entries' must be a list of entry ids")
+        found[transform] = Known(table["defect"], frozenset(entries))
+    return found
+
+
+# -- the item ------------------------------------------------------------------------
+
+
+def check_transform(target: Target, dtype: torch.dtype, transform: str, category: str,
+                    oplists: tuple[str, ...] = (), numerics: str = "bitwise",
+                    record: Callable[[str, Any], None] = lambda *_: None) -> None:
+    """Every applicable entry of ``category`` under ``torch.func.<transform>``; an entry
+    PyTorch itself departs on (``known()``) may do either, and the item records which."""
+    cases = [Case(target, dtype, e, numerics) for e in load_oplist(target.device, oplists).entries
+             if e.category == category]
+    reference = known().get(transform)
+    departures, limits, met, ran = [], [], {REPRODUCED: [], FIXED: []}, 0
+    for case in cases:
+        if case.skip_reason("transforms") is not None:
+            continue
+        try:
+            with warnings.catch_warnings():  # vmap's slow fallback, where it has no rule
+                warnings.filterwarnings("ignore", "There is a performance drop")
+                problem = departure(case, transform)
+        except Limit as exc:
+            limits.append(f"{case.entry.id}: {exc}")
+            continue
+        ran += 1
+        if reference is not None and case.entry.id in reference.entries:
+            met[REPRODUCED if problem else FIXED].append(case.entry.id)
+        elif problem:
+            departures.append(f"{callables(case)[0][0]} [entry {case.entry.id}]: {problem}")
+    if reference is not None and (met[REPRODUCED] or met[FIXED]):
+        status = REPRODUCED if met[REPRODUCED] else FIXED
+        record(PROPERTY, record_of(reference.defect, status))
+        print(f"reference defect {reference.defect}: reproduced by {met[REPRODUCED]}, "
+              f"fixed for {met[FIXED]}")
+    where = f"torch.func.{transform} over {category} on {target}, autocast dtype {dtype}"
+    if departures:
+        raise ConformanceFailure(f"{where}: {len(departures)} of {ran} entries depart from "
+                                 "the untransformed call:\n" + "\n".join(
+                                     f"  {d}" for d in departures))
+    if not ran:
+        raise NotApplicable(f"not applicable: torch.func.{transform} runs none of {category}'s "
+                            f"{len(cases)} entries on float32 inputs without autocast either ("
+                            + "; ".join(limits[:3]) + ("; ..." if len(limits) > 3 else "") + ")")
+
+
+# -- functional_call -----------------------------------------------------------------
+
+
+def make_module(device: str) -> torch.nn.Module:
+    gen = torch.Generator().manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(),
+                                 torch.nn.Linear(16, 4), torch.nn.Softmax(-1))
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return module.to(device)
+
+
+def check_functional_call(target: Target, dtype: torch.dtype) -> None:
+    """functional_call gives the module's own dtypes and values under autocast, and
+    torch.func.grad through it the gradients autograd gives, in the parameters' dtype."""
+    module = make_module(target.device)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to(target.device)
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    where = f"torch.func.functional_call of {module.__class__.__name__} on {target} under autocast {dtype}"
+
+    def loss(p):
+        out = torch.func.functional_call(module, p, (x,))
+        return out.float().sum(), out
+
+    with target.autocast(dtype):
+        grads, out = torch.func.grad(loss, has_aux=True)(params)
+        want = module(x)
+        (want.float().sum()).backward()
+    compare(_names(out), _names(want), "bitwise", None, f"{where}: output dtypes")
+    compare(out, want, "close", None, f"{where}: output")
+    for name, p in module.named_parameters():
+        compare(grads[name].dtype, p.grad.dtype, "bitwise", None, f"{where}: gradient of {name} dtype")
+        compare(grads[name], p.grad, "close", None, f"{where}: gradient of {name}")

@@ -1,0 +1,73 @@
+"""The transforms family: its check catches a transform that drops autocast (in process,
+naming the transform, the list and the entry), PyTorch's own departures are data that
+validates, and functional_call matches the module."""
+
+import pytest
+import torch
+
+from amp_conformance.checks.registry import mutants
+from amp_conformance.checks.transforms import check
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.target import Target
+from amp_conformance.schema.oplist import OpListError
+
+CPU = Target("cpu")
+CATALOGUE = mutants()
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad"])
+def test_check_catches_a_transform_that_drops_autocast(transform):
+    mutant = CATALOGUE[f"transforms-{transform}-drops-autocast"]
+    undo = mutant.apply()
+    try:
+        with pytest.raises(ConformanceFailure) as info:
+            check.check_transform(CPU, torch.bfloat16, transform, "torch_16")
+    finally:
+        undo()
+    for text in mutant.expected_texts:
+        assert text in str(info.value), str(info.value)
+    check.check_transform(CPU, torch.bfloat16, transform, "torch_16")  # undone: passes
+
+
+def test_known_departures_are_recorded_as_reproduced():
+    recorded = []
+    check.check_transform(CPU, torch.bfloat16, "vmap", "torch_16",
+                          record=lambda *kv: recorded.append(kv))
+    ((name, value),) = recorded
+    assert value["id"] == "func-vmap-skips-autocast" and value["status"] == "reproduced"
+
+
+def test_known_entries_exist_in_the_cpu_lists():
+    from amp_conformance.checks.case import load_oplist
+
+    ids = {e.id for e in load_oplist("cpu").entries}
+    for transform, known in check.known().items():
+        assert known.entries <= ids, (transform, sorted(known.entries - ids))
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[vmapp]\ndefect = "func-vmap-skips-autocast"\nentries = []\n', "unknown transform"),
+    ('[vmap]\ndefect = "nosuch"\nentries = []\n', "field 'defect'"),
+    ('[vmap]\ndefect = "func-vmap-skips-autocast"\nentries = "mm"\n', "field 'entries'"),
+])
+def test_bad_known_file_names_file_table_and_field(tmp_path, monkeypatch, text, field):
+    (tmp_path / check.KNOWN_FILE).write_text(text)
+    monkeypatch.setattr(check, "builtin_dir", lambda: tmp_path)
+    check.known.cache_clear()
+    try:
+        with pytest.raises(OpListError, match=field) as info:
+            check.known()
+    finally:
+        check.known.cache_clear()
+    assert str(tmp_path / check.KNOWN_FILE) in str(info.value)
+
+
+def test_functional_call_matches_the_module():
+    check.check_functional_call(CPU, torch.bfloat16)
+
+
+def test_fake_run_skips_transforms_with_the_reason(pytester):
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite", "-rs", "-q",
+                                "--device", "cuda", "--fake", "-k", "test_transform")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0 and not {"passed", "failed"} & set(outcomes)
