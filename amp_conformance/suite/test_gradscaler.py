@@ -12,6 +12,7 @@ Logic: :mod:`amp_conformance.checks.gradscaler`.
 import math
 
 import pytest
+import torch
 
 from amp_conformance.checks import defects, profiles
 from amp_conformance.checks.gradscaler import cases, kernels, scaler, sparse, training
@@ -148,23 +149,29 @@ def test_gradscaler_workflow(amp_target, amp_device, workflow):
 # -- scaled training against the control ------------------------------------------------------
 
 
+def _scaled_dtype(settings):
+    """GradScaler exists for float16: the device's float16 where it has it."""
+    dtypes = settings.amp_dtypes
+    return torch.float16 if torch.float16 in dtypes else dtypes[0]
+
+
 @pytest.mark.parametrize("order", list(cases.ORDERS))
 @pytest.mark.parametrize("impl", ["plain", "foreach"])
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
-def test_gradscaler_training(amp_target, amp_dtype, optimizer, impl, order):
-    """SGD/Adam/AdamW in every documented call order: scaled equals the unscaled control;
-    a step with an inf or a nan is skipped."""
+def test_gradscaler_training(amp_settings, amp_target, amp_device, optimizer, impl, order):
+    """SGD/Adam/AdamW in every documented call order, under autocast of the device's
+    float16: scaled equals the unscaled control; a step with an inf or a nan is skipped."""
     _needs_values(amp_target, _NO_SCALER)
-    training.check_training(amp_target, amp_dtype, optimizer, impl, order)
+    training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer, impl, order)
 
 
 @pytest.mark.amp_check("gradscaler_fused")
 @pytest.mark.parametrize("order", list(cases.ORDERS))
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
-def test_gradscaler_training_fused(amp_target, amp_dtype, optimizer, order):
+def test_gradscaler_training_fused(amp_settings, amp_target, amp_device, optimizer, order):
     """fused=True optimizers take the scaler's grad_scale/found_inf path instead: never
     unscaled twice after unscale_, skipped on an inf or a nan."""
-    training.check_training(amp_target, amp_dtype, optimizer, "fused", order)
+    training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer, "fused", order)
 
 
 # -- sparse gradients ---------------------------------------------------------------------------
