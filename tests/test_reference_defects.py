@@ -17,6 +17,7 @@ from amp_conformance.checks import defects as verdicts
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.checks.numerics.check import check_numerics
 from amp_conformance.checks.policy.check import check_policy
+from amp_conformance.checks.transforms import check as transforms
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 from amp_conformance.plugin.report.render import render_markdown
@@ -64,6 +65,7 @@ def test_every_use_names_a_recorded_defect_and_every_defect_is_used():
     used = {use.id for d in oplist.builtin_devices() for e in load_oplist(d, ()).entries
             for use in (e.reference_defect, e.compiled_defect) if use}
     used |= {d.defect for d in departures.builtin().departures}  # oplists/opinfo.toml
+    used |= {k.defect for k in transforms.known().values()}  # oplists/transforms.toml
     code = "".join(p.read_text() for p in Path(verdicts.__file__).parents[1].rglob("*.py"))
     recorded = set(defects.registry())
     assert used <= recorded
