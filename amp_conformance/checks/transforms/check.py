@@ -27,7 +27,7 @@ import torch
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.checks.defects import FIXED, PROPERTY, REPRODUCED, record_of
 from amp_conformance.checks.reproduction import callables
-from amp_conformance.core.casting import output_dtypes, tensors_in
+from amp_conformance.core.casting import map_tensors, output_dtypes, tensors_in
 from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import (
     ConformanceFailure,
@@ -77,9 +77,8 @@ def _vmap(case: Case, fn: Callable, args: tuple, kwargs: dict) -> list[tuple[Any
     stacked = [torch.stack([a, b]) if d == 0 else a for a, b, d in zip(args, other, in_dims, strict=True)]
     call = functools.partial(fn, **kwargs)
     batched = _run(lambda: torch.func.vmap(call, in_dims=in_dims)(*stacked))
-    return [(torch.utils._pytree.tree_map(
-        lambda t, k=k: t[k] if isinstance(t, torch.Tensor) else t, batched), call(*sample))
-        for k, sample in enumerate((args, other))]
+    return [(map_tensors(lambda t, k=k: t[k], batched), _untransformed(lambda s=s: call(*s)))
+            for k, s in enumerate((args, other))]
 
 
 def _differentiate(transform: Callable, case: Case, fn: Callable, args: tuple,
@@ -99,12 +98,14 @@ def _differentiate(transform: Callable, case: Case, fn: Callable, args: tuple,
         return sum(t.float().sum() for t in floats), out
 
     transformed = _run(lambda: transform(loss, has_aux=True)(args[index]))
-    x = args[index].detach().requires_grad_()
-    value, out = loss(x)
-    if not value.requires_grad:
-        raise Limit("the output does not depend on the input")
-    (grad,) = torch.autograd.grad(value, x)
-    return [(transformed, (grad, out))]
+
+    def autograd():
+        x = args[index].detach().requires_grad_()
+        value, out = loss(x)
+        if not value.requires_grad:
+            raise Limit("the output does not depend on the input")
+        return torch.autograd.grad(value, x)[0], out
+    return [(transformed, _untransformed(autograd))]
 
 
 def _run(thunk: Callable[[], Any]) -> Any:
@@ -112,8 +113,18 @@ def _run(thunk: Callable[[], Any]) -> Any:
         return thunk()
     except Limit:
         raise
-    except Exception as exc:  # judged by _outcome: with autocast only, or a limit
+    except Exception as exc:  # judged by departure: with autocast only, or a limit
         raise _Raised(exc) from None
+
+
+def _untransformed(thunk: Callable[[], Any]) -> Any:
+    """The control; where it raises, the op's own checks report it, not this one."""
+    try:
+        return thunk()
+    except Limit:
+        raise
+    except Exception as exc:
+        raise Limit(f"the untransformed call raises {describe_error(exc, 160)}") from None
 
 
 class _Raised(Exception):
