@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
-from amp_conformance.checks.opinfo import calls, check, judge, reference, source  # noqa: E402
+from amp_conformance.checks.opinfo import calls, check, forms, judge, reference, source  # noqa: E402
 from amp_conformance.checks.opinfo.report import markdown, operator_surface  # noqa: E402
 from amp_conformance.checks.registry import mutants  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
@@ -178,11 +178,66 @@ def test_an_xdist_controller_checks_op_db_without_importing_it(monkeypatch):
         source.check_installed()
 
 
+def _quantile(build=torch.float32):
+    op = source.OpRef("quantile").lookup()
+    return op, source.draw(op, "cpu", build, None)
+
+
+def test_a_keyword_value_whose_covered_samples_hide_it_gets_a_sample_that_shows_it():
+    """quantile's covering samples give interpolation='midpoint' only where it equals the
+    default (one element, or a position that is a whole number): the draw adds the first
+    sample where it changes the result, and counts it."""
+    op, samples = _quantile()
+    plain = forms.cover(samples, torch.float32)
+    changes = calls.keyword_changes(op, samples, "cpu", False)
+    midpoint = [i for i in plain.indices if samples[i].kwargs.get("interpolation") == "midpoint"]
+    assert midpoint and not any(changes(i, "interpolation") for i in midpoint)
+    shown = forms.show_keywords(samples, torch.float32, plain, changes)
+    added = [i for i in shown.redrawn if samples[i].kwargs.get("interpolation") == "midpoint"]
+    assert len(added) == 1 and changes(added[0], "interpolation")
+    assert set(plain.indices) < set(shown.indices) and shown.forms == plain.forms
+    assert calls.counts([calls.Drawn(torch.float32, samples, shown)])["forms_redrawn"] == len(
+        shown.redrawn)
+
+
+def test_the_keyword_search_is_stable_and_stops_at_a_keyword_without_default():
+    """The same samples on every call; a keyword the call cannot go without is tried once."""
+    op, samples = _quantile()
+    plain = forms.cover(samples, torch.float32)
+    first = forms.show_keywords(samples, torch.float32, plain,
+                                calls.keyword_changes(op, samples, "cpu", False))
+    assert forms.show_keywords(samples, torch.float32, plain,
+                               calls.keyword_changes(op, samples, "cpu", False)) == first
+    tried = []
+
+    def no_default(i, key):
+        tried.append((i, key))
+        return None
+    assert forms.show_keywords(samples, torch.float32, plain, no_default).redrawn == ()
+    keys = [k for _, k in tried]
+    assert sorted(keys) == sorted(set(keys))
+
+
+def test_on_fake_tensors_a_keyword_changes_the_result_by_its_dtype_or_shape():
+    """keepdim=True changes the shape, which fake tensors keep; midpoint changes values only."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        op, samples = _quantile()
+        changes = calls.keyword_changes(op, samples, "cpu", True)
+        keep = next(i for i, s in enumerate(samples)
+                    if s.kwargs.get("keepdim") and s.input.dim() > 0)
+        midpoint = next(i for i, s in enumerate(samples)
+                        if s.kwargs.get("interpolation") == "midpoint" and s.input.dim() > 0)
+        assert changes(keep, "keepdim") is True
+        assert changes(midpoint, "interpolation") is False
+
+
 def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
     results = [
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "passed",
          "opinfo": {"kind": "policy op", "outcomes": {"agrees": 4}, "forms": 7,
-                    "forms_drawn": 7, "samples": 30, "samples_drawn": 3}},
+                    "forms_drawn": 7, "samples": 30, "samples_drawn": 3, "forms_redrawn": 1}},
         {"check": "opinfo", "amp_dtype": "bfloat16", "outcome": "failed",
          "opinfo": {"kind": "policy op", "outcomes": {"agrees": 2, "failed": 2}, "forms": 5,
                     "forms_drawn": 4, "samples": 6, "samples_drawn": 2}},
@@ -192,9 +247,10 @@ def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
     table = operator_surface(results)
     assert table["bfloat16"]["policy op"] == {
         "ops": 2, "items": {"passed": 1, "failed": 1}, "forms": {"agrees": 6, "failed": 2},
-        "drawn": {"forms_drawn": 11, "forms": 12, "samples_drawn": 5, "samples": 36}}
+        "drawn": {"forms_drawn": 11, "forms": 12, "samples_drawn": 5, "samples": 36,
+                  "forms_redrawn": 1}}
     assert table["bfloat16"]["not run here"]["ops"] == 1
-    assert ("| bfloat16 | policy op | 2 | 1 | 1 | 0 | 11/12 | 5/36 | 6 | 0 | 0 | 0 | 2 |"
+    assert ("| bfloat16 | policy op | 2 | 1 | 1 | 0 | 11/12 | 5/36 | 1 | 6 | 0 | 0 | 0 | 2 |"
             in markdown(table))
     assert operator_surface(results[3:]) is None
 

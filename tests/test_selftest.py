@@ -331,3 +331,27 @@ def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, mo
     assert forms.ret == pytest.ExitCode.TESTS_FAILED, forms.stdout.str()[-2000:]
     failures = runner.Run(name, forms.ret, forms.stdout.str(), 0.0).failures()
     assert any(all(t in message for t in mutant.expected_texts) for message in failures.values())
+
+
+def test_a_keyword_value_only_some_samples_show_needs_the_keyword_search(pytester, monkeypatch,
+                                                                       expecttest_installed):
+    """The samples showing every form leave quantile's interpolation='midpoint' unseen: the
+    mutant that drops it passes them and fails the default draw, which adds a sample where
+    the value changes the result."""
+    from amp_conformance.checks.opinfo import calls, forms
+
+    name = "opinfo-quantile-ignores-interpolation"
+    mutant = CATALOGUE[name]
+    monkeypatch.setenv("AMP_CONFORMANCE_MUTANT", name)
+    args = ["-p", "amp_conformance.plugin.mutant", "--pyargs", "amp_conformance.suite",
+            "-k", mutant.select, *mutant.suite_options(), "-p", "no:cacheprovider"]
+    with monkeypatch.context() as without:
+        without.setattr(forms, "TRIES", 0)
+        without.setattr(calls, "_COVERS", {})
+        plain = pytester.runpytest(*args)
+    assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()[-2000:]
+    monkeypatch.setattr(calls, "_COVERS", {})
+    found = pytester.runpytest(*args)
+    assert found.ret == pytest.ExitCode.TESTS_FAILED, found.stdout.str()[-2000:]
+    failures = runner.Run(name, found.ret, found.stdout.str(), 0.0).failures()
+    assert any(all(t in message for t in mutant.expected_texts) for message in failures.values())

@@ -2,8 +2,10 @@
 run on its own copy of the sample, and the reproduction a failure prints.
 
 - **Which samples** (``--amp-opinfo-samples``): ``forms`` (the default) the fewest samples
-  that show every argument form of the op (:mod:`amp_conformance.checks.opinfo.forms`);
-  ``all``; or the first N. Each in float32 and in the autocast dtype where OpInfo says the
+  that show every argument form of the op (:mod:`amp_conformance.checks.opinfo.forms`),
+  widened so that each keyword value changes the result in a chosen sample where any
+  sample of it does (eager, against the keyword left at its default); ``all``; or the
+  first N. Each in float32 and in the autocast dtype where OpInfo says the
   op supports it, each as drawn and as its non-contiguous twin.
 - **Variants**: where the OpInfo has them, the first chosen sample of each build is also
   called as a method, in place and with ``out=``. Autocast has no kernel for an in-place or
@@ -17,7 +19,9 @@ run on its own copy of the sample, and the reproduction a failure prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +29,8 @@ import torch
 
 from amp_conformance.checks.opinfo import forms, source
 from amp_conformance.core import devices
+from amp_conformance.core.compare import compare, compare_meta
+from amp_conformance.core.errors import ConformanceFailure
 
 FUNCTION, METHOD, INPLACE, OUT = "function", "method", "inplace", "out"
 #: how --amp-opinfo-samples draws: the default
@@ -140,10 +146,63 @@ def draw(op: Any, device: str, fake: bool, amp_dtype: torch.dtype, how: int | st
         except Exception as exc:  # noqa: BLE001 - reported per form, never hidden
             found.append(Drawn(build, error=exc))
             continue
-        chosen = (forms.cover(samples, build) if how == FORMS else
-                  forms.first(samples, build, None if how == ALL else int(how)))
+        if how == FORMS:
+            chosen = _shown(op, samples, where, build, fake)
+        else:
+            chosen = forms.first(samples, build, None if how == ALL else int(how))
         found.append(Drawn(build, samples, chosen))
     return found
+
+
+#: each OpInfo's widened cover per (draw device, build, fake): the float32 build is drawn
+#: again for every amp dtype, and its samples are the same (seeded)
+_COVERS: dict[tuple[str, str, str, torch.dtype, bool], forms.Cover] = {}
+
+
+def _shown(op: Any, samples: list[Any], where: str, build: torch.dtype, fake: bool
+           ) -> forms.Cover:
+    key = (op.name, getattr(op, "variant_test_name", ""), where, build, fake)
+    if key not in _COVERS:
+        _COVERS[key] = forms.show_keywords(samples, build, forms.cover(samples, build),
+                                           keyword_changes(op, samples, where, fake))
+    return _COVERS[key]
+
+
+def keyword_changes(op: Any, samples: list[Any], where: str, fake: bool
+                    ) -> Callable[[int, str], bool | None]:
+    """Whether sample i's result, eager and seeded, differs from its result with keyword
+    ``key`` left at its default (dtypes and shapes alone on fake tensors): False where the
+    sample raises, None where only the call without the keyword does (it has no default).
+    The sample's own result is computed once."""
+    given: dict[int, Any] = {}
+
+    def run(sample: Any) -> Any:
+        with source.seeded(where), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return Call(sample)(op)
+            except Exception as exc:  # noqa: BLE001 - a call that raises shows no effect
+                return exc
+
+    def changes(i: int, key: str) -> bool:
+        if i not in given:
+            given[i] = run(samples[i])
+        without = copy.copy(samples[i])
+        without.kwargs = {k: v for k, v in samples[i].kwargs.items() if k != key}
+        default = run(without)
+        if isinstance(given[i], Exception):
+            return False
+        if isinstance(default, Exception):
+            return None
+        try:
+            if fake:
+                compare_meta(given[i], default, key)
+            else:
+                compare(given[i], default, "bitwise", None, key)
+        except ConformanceFailure:
+            return True
+        return False
+    return changes
 
 
 def calls(op: Any, device: str, fake: bool, drawn: list[Drawn]
@@ -159,7 +218,8 @@ def calls(op: Any, device: str, fake: bool, drawn: list[Drawn]
             yield Form(0, d.build), d.error
             continue
         for index in d.chosen.indices:
-            for noncontiguous in (False, True):
+            # a sample added for a keyword's value shows no new layout: no twin
+            for noncontiguous in (False,) if index in d.chosen.redrawn else (False, True):
                 form = Form(index, d.build, noncontiguous)
                 try:
                     twin = source.twins(d.samples[index], form.noncontiguous)
@@ -191,7 +251,8 @@ def counts(drawn: list[Drawn]) -> dict[str, int]:
     return {"samples": sum(c.samples for c in covers),
             "samples_drawn": sum(len(c.indices) for c in covers),
             "forms": sum(c.forms for c in covers),
-            "forms_drawn": sum(c.shown for c in covers)}
+            "forms_drawn": sum(c.shown for c in covers),
+            "forms_redrawn": sum(len(c.redrawn) for c in covers)}
 
 
 _COPY = ("copy = lambda t: t.new_empty(0).set_(t.untyped_storage().clone(), t.storage_offset(), "

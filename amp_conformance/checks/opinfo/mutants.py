@@ -6,10 +6,13 @@ stays green against it; it breaks on an argument form only OpInfo's samples take
 keyword, a 0-dim operand, a layout, a rank, broadcasting, an empty operand. Each must be killed
 by ``test_opinfo`` naming the op and what went wrong.
 
-The last four break on a form OpInfo's sample makers put at the third sample or later (a
+The next four break on a form OpInfo's sample makers put at the third sample or later (a
 grouped convolution, a loss's ``reduction``, a vector beside a batch in matmul, baddbmm's
 ``beta``): the default draw (``--amp-opinfo-samples forms``, every argument form) kills
-them, the first two samples do not (``tests/test_selftest.py`` runs both).
+them, the first two samples do not (``tests/test_selftest.py`` runs both). The last
+ignores a keyword value that changes nothing in the samples showing every form (quantile's
+``interpolation='midpoint'`` over one element): the default draw kills it by adding a
+sample where the value changes the result (``tests/test_selftest.py``: not without).
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks.mutation import AMP, Mutant, cast_kernel, override_kernel, register
+from amp_conformance.checks.mutation import (
+    AMP,
+    FP32,
+    Mutant,
+    cast_kernel,
+    override_kernel,
+    patches,
+    register,
+)
 from amp_conformance.core.casting import is_eligible
 
 OPINFO = ("--amp-opinfo",)
@@ -206,4 +217,16 @@ register(Mutant(
     apply=lambda: override_kernel("baddbmm", "AutocastCPU", _ignores_beta),
     expect=("OpInfo baddbmm", "not equal"),
     select="test_opinfo and baddbmm", options=OPINFO,
+))
+
+
+# -- a keyword value whose effect only some samples show: killed by the default draw -----
+register(Mutant(
+    name="opinfo-quantile-ignores-interpolation",
+    description="quantile cast to float32 but its interpolation dropped (always linear): "
+                "'midpoint' changes nothing in the samples that show every form",
+    apply=patches(cast_kernel("quantile", FP32, drop_kwargs=("interpolation",)),
+                  cast_kernel("quantile.scalar", FP32, drop_kwargs=("interpolation",))),
+    expect=("OpInfo quantile", "not equal"),
+    select="test_opinfo and quantile and not nanquantile", options=OPINFO,
 ))

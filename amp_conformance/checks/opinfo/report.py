@@ -39,10 +39,10 @@ def operator_surface(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 #: what each item drew (checks/opinfo/calls.py counts): argument forms and samples,
-#: available and drawn
-DRAWN = ("forms_drawn", "forms", "samples_drawn", "samples")
+#: available and drawn, and the keyword values that needed a second sample
+DRAWN = ("forms_drawn", "forms", "samples_drawn", "samples", "forms_redrawn")
 HEADS = ("amp dtype", "kind", "ops", "passed", "failed", "skipped", "argument forms drawn",
-         "samples drawn", *(f"calls {o}" for o in FORM_OUTCOMES))
+         "samples drawn", "keyword values redrawn", *(f"calls {o}" for o in FORM_OUTCOMES))
 
 
 def _cells(dtype: str, kind: str, row: dict[str, Any]) -> list[Any]:
@@ -51,7 +51,7 @@ def _cells(dtype: str, kind: str, row: dict[str, Any]) -> list[Any]:
             items.get("failed", 0) + items.get("error", 0), items.get("skipped", 0),
             f"{drawn.get('forms_drawn', 0)}/{drawn.get('forms', 0)}",
             f"{drawn.get('samples_drawn', 0)}/{drawn.get('samples', 0)}",
-            *(forms.get(o, 0) for o in FORM_OUTCOMES)]
+            drawn.get("forms_redrawn", 0), *(forms.get(o, 0) for o in FORM_OUTCOMES)]
 
 
 def _order(kind: str) -> tuple[int, str]:
