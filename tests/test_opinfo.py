@@ -219,18 +219,18 @@ def test_the_keyword_search_is_stable_and_stops_at_a_keyword_without_default():
 
 
 def test_on_fake_tensors_a_keyword_changes_the_result_by_its_dtype_or_shape():
-    """keepdim=True changes the shape, which fake tensors keep; midpoint changes values only."""
+    """keepdim=True changes sum's shape, which fake tensors keep; mse_loss's reduction='sum'
+    changes its value only."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=False):
-        op, samples = _quantile()
-        changes = calls.keyword_changes(op, samples, "cpu", True)
-        keep = next(i for i, s in enumerate(samples)
-                    if s.kwargs.get("keepdim") and s.input.dim() > 0)
-        midpoint = next(i for i, s in enumerate(samples)
-                        if s.kwargs.get("interpolation") == "midpoint" and s.input.dim() > 0)
-        assert changes(keep, "keepdim") is True
-        assert changes(midpoint, "interpolation") is False
+        for name, key, value, changed in (("sum", "keepdim", True, True),
+                                          ("nn.functional.mse_loss", "reduction", "sum", False)):
+            op = source.OpRef(name).lookup()
+            samples = source.draw(op, "cpu", torch.float32, None)
+            i = next(i for i, s in enumerate(samples)
+                     if s.kwargs.get(key) == value and s.input.dim() > 0)
+            assert calls.keyword_changes(op, samples, "cpu", True)(i, key) is changed, name
 
 
 def test_the_operator_surface_table_counts_ops_by_kind_and_forms_by_outcome():
