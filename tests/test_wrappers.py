@@ -27,7 +27,7 @@ CATALOGUE = mutants()
 SUITE = ("--pyargs", "amp_conformance.suite.test_wrappers")
 PLANTED = "amp_conformance.checks.wrappers.planted"
 ID = re.compile(r"(test_wrapper_\w+\[[^\]]+\])")
-REGION, FORWARD = planted.REFERENCE
+REGION, FORWARD, ISLAND = planted.REFERENCE
 
 
 def _ids(lines):
@@ -122,14 +122,18 @@ def test_the_hook_declares_wrappers_and_a_bad_result_names_it(pytester):
 
 def test_the_reference_wrappers_pass_every_check(pytester):
     result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE", "-v", "-rs")
-    result.assert_outcomes(passed=29, skipped=1)
+    result.assert_outcomes(passed=44, skipped=1)
     ids = _ids(result.outlines)
     for check in ("state", "restored", "nesting", "decorator", "cache", "policy", "nest",
-                  "reuse", "threads", "cache_mix"):
+                  "reuse", "threads", "cache_mix", "devices"):
         assert f"test_wrapper_region[cpu-float16-torch.autocast-float16-{check}]" in ids
     assert "test_wrapper_region[cpu-torch.autocast-unknown]" in ids
-    for check in ("casts", "inside", "backward", "outside", "eligible", "after", "grad"):
+    for check in ("casts", "inside", "backward", "outside", "eligible", "after", "grad",
+                  "devices"):
         assert f"test_wrapper_forward[cpu-torch.amp.custom_fwd-{check}]" in ids
+    for check in ("float32", "restored", "nesting", "grad", "numerics", "devices"):
+        for dtype in ("bfloat16", "float16"):
+            assert f"test_wrapper_island[cpu-{dtype}-torch.autocast-disabled-{check}]" in ids
     result.stdout.fnmatch_lines(["*not applicable: torch.amp.custom_fwd declares no extra "
                                  "keyword*"])
 
@@ -193,7 +197,7 @@ def test_a_planted_wrapper_fails_its_suite_item(pytester):
 
 def test_the_mutants_plant_behind_the_sound_declaration_and_undo():
     names = [n for n in CATALOGUE if n.startswith("wrapper-")]
-    assert len(names) == 15
+    assert len(names) == 23
     case = _case(planted.PLANTED[0], "restored")
     region.check_restored(case)  # sound: the selftest's baseline
     undo = CATALOGUE["wrapper-leaks-dtype-after-exception"].apply()
@@ -241,9 +245,12 @@ def test_the_report_has_a_wrappers_section(pytester):
                        f"{PLANTED}:LEAKS_DTYPE", "--conformance-report", str(report))
     text = report.with_suffix(".md").read_text(encoding="utf-8")
     assert "### Wrappers" in text
-    assert (f"| `planted.leaks_dtype` (region) | torch {torch.__version__} | 19 | 3 | 0 | "
-            f"`bfloat16-restored`: {failure.RESTORED_EXCEPTION}") in text
-    assert "| `torch.autocast` (region) |" in text
+    assert (f"| `planted.leaks_dtype` | region factory | torch {torch.__version__} | "
+            f"cpu bfloat16, float16 | 21 | 3 | 0 | {failure.RESTORED_EXCEPTION}: "
+            f"`bfloat16-restored`, `float16-restored`; {failure.DECORATOR_RAISES}: "
+            "`float16-decorator` |") in text
+    assert "| `torch.autocast` | region factory |" in text
+    assert "| `torch.autocast-disabled` | float32 island |" in text
     assert 'id="wrappers"' in report.with_suffix(".html").read_text(encoding="utf-8")
 
 

@@ -6,15 +6,24 @@ Collected only where a declared wrapper of the function's kind claims the run's 
 tier's seam, ``checks/wrappers/tier.py``): the default run has no item of it.
 
 - ``test_wrapper_region``: a RegionFactory, per precision name (state, restored, nesting,
-  decorator, cache, policy, nest, reuse, threads, cache_mix) and once per wrapper (float32,
-  unknown).
+  decorator, cache, policy, nest, reuse, threads, cache_mix, devices) and once per wrapper
+  (float32, unknown).
 - ``test_wrapper_forward``: a ForwardDecorator (casts or uncast, inside, kwargs, backward,
-  outside, eligible, after, grad).
+  outside, eligible, after, grad, devices).
+- ``test_wrapper_island``: a Float32Island, per amp dtype (float32, restored, nesting, grad,
+  numerics, devices).
 """
 
 import pytest
 
-from amp_conformance.checks.wrappers import forward, forward_contract, nesting, region
+from amp_conformance.checks.wrappers import (
+    forward,
+    forward_contract,
+    island,
+    nesting,
+    other_devices,
+    region,
+)
 from amp_conformance.checks.wrappers.cases import WrapperCase
 
 pytestmark = pytest.mark.amp_check("wrappers")
@@ -25,12 +34,15 @@ REGION = {"state": region.check_state, "restored": region.check_restored,
           "cache": region.check_cache, "float32": region.check_float32,
           "unknown": region.check_unknown, "nest": nesting.check_nest,
           "reuse": nesting.check_reuse, "threads": nesting.check_threads,
-          "cache_mix": nesting.check_cache_mix}
+          "cache_mix": nesting.check_cache_mix, "devices": other_devices.check_devices}
 FORWARD = {"casts": forward.check_casts, "uncast": forward.check_uncast,
            "inside": forward.check_inside, "kwargs": forward.check_kwargs,
            "backward": forward.check_backward, "outside": forward_contract.check_outside,
            "eligible": forward_contract.check_eligible, "after": forward_contract.check_after,
-           "grad": forward_contract.check_grad}
+           "grad": forward_contract.check_grad, "devices": other_devices.check_devices}
+ISLAND = {"float32": island.check_float32, "restored": island.check_restored,
+          "nesting": island.check_nesting, "grad": island.check_grad,
+          "numerics": island.check_numerics, "devices": other_devices.check_devices}
 
 
 def test_wrapper_region(amp_wrapper_case: WrapperCase, amp_settings, record_property):
@@ -49,3 +61,8 @@ def test_wrapper_region(amp_wrapper_case: WrapperCase, amp_settings, record_prop
 def test_wrapper_forward(amp_wrapper_case: WrapperCase):
     """The forward decorator keeps the promise the id's last part names."""
     FORWARD[amp_wrapper_case.check](amp_wrapper_case)
+
+
+def test_wrapper_island(amp_wrapper_case: WrapperCase):
+    """The float32 island keeps the promise the id's last part names."""
+    ISLAND[amp_wrapper_case.check](amp_wrapper_case)

@@ -13,17 +13,30 @@ from dataclasses import dataclass
 
 import torch
 
-from amp_conformance.checks.wrappers.declare import ForwardDecorator, RegionFactory, Wrapper
+from amp_conformance.checks.wrappers.declare import (
+    Float32Island,
+    ForwardDecorator,
+    RegionFactory,
+    Wrapper,
+)
 from amp_conformance.core import devices
+from amp_conformance.core.target import FAKE_AUTOGRAD
 
+#: every kind's check that it reads and changes its own device's autocast state alone
+DEVICES = "devices"
 #: a region factory's checks, once per precision name
 REGION_CHECKS = ("state", "restored", "nesting", "decorator", "cache", "policy", "nest",
-                 "reuse", "threads", "cache_mix")
+                 "reuse", "threads", "cache_mix", DEVICES)
 #: a region factory's checks, once per wrapper
 REGION_ONCE = ("float32", "unknown")
 #: a forward decorator's checks (``casts`` is ``uncast`` on a claimed device it does not cast on)
 FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward", "outside", "eligible", "after",
-                  "grad")
+                  "grad", DEVICES)
+#: a float32 island's checks, once per amp dtype of the run
+ISLAND_CHECKS = ("float32", "restored", "nesting", "grad", "numerics", DEVICES)
+#: the checks that run on a fake device (they need no values and no autograd)
+FAKE_CHECKS = {("island", "float32"), ("island", "restored"), ("island", "nesting"),
+               ("region", DEVICES), ("forward", DEVICES), ("island", DEVICES)}
 
 
 @dataclass(frozen=True)
@@ -38,12 +51,19 @@ class WrapperCase:
     amp_dtype: torch.dtype
     precision: str | None = None
 
+    #: the device is faked (FakeTensorMode; its autocast state switched directly)
+    fake: bool = False
+
     @property
     def kind(self) -> str:
-        return "region" if isinstance(self.wrapper, RegionFactory) else "forward"
+        return ("region" if isinstance(self.wrapper, RegionFactory) else
+                "island" if isinstance(self.wrapper, Float32Island) else "forward")
 
     @property
     def id(self) -> str:
+        if self.kind == "island":
+            return (f"{self.device}-{devices.dtype_name(self.amp_dtype)}-{self.wrapper.name}-"
+                    f"{self.check}")
         if self.precision is None:
             return f"{self.device}-{self.wrapper.name}-{self.check}"
         return (f"{self.device}-{devices.dtype_name(self.amp_dtype)}-{self.wrapper.name}-"
@@ -55,7 +75,7 @@ def claims(wrapper: Wrapper, device: str) -> bool:
 
 
 def cases(wrappers: Sequence[Wrapper], device: str,
-          run_dtypes: Sequence[torch.dtype]) -> list[WrapperCase]:
+          run_dtypes: Sequence[torch.dtype], fake: bool = False) -> list[WrapperCase]:
     """Every case of the wrappers that claim ``device`` (none for the others)."""
     found: list[WrapperCase] = []
     for w in wrappers:
@@ -63,12 +83,16 @@ def cases(wrappers: Sequence[Wrapper], device: str,
             continue
         if isinstance(w, RegionFactory):
             for precision, dtype in w.precisions.items():
-                found += [WrapperCase(w, device, c, dtype, precision) for c in REGION_CHECKS]
+                found += [WrapperCase(w, device, c, dtype, precision, fake)
+                          for c in REGION_CHECKS]
             first = next(iter(w.precisions.values()))
-            found += [WrapperCase(w, device, c, first) for c in REGION_ONCE]
+            found += [WrapperCase(w, device, c, first, fake=fake) for c in REGION_ONCE]
+        elif isinstance(w, Float32Island):
+            found += [WrapperCase(w, device, c, dtype, fake=fake)
+                      for dtype in run_dtypes or (torch.bfloat16,) for c in ISLAND_CHECKS]
         else:
             dtype = run_dtypes[0] if run_dtypes else torch.bfloat16
-            found += [WrapperCase(w, device, _forward_check(w, device, c), dtype)
+            found += [WrapperCase(w, device, _forward_check(w, device, c), dtype, fake=fake)
                       for c in FORWARD_CHECKS]
     return found
 
@@ -80,10 +104,16 @@ def _forward_check(w: ForwardDecorator, device: str, check: str) -> str:
 def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: bool,
                    cast_cache: bool = True) -> str | None:
     """Why ``case`` does not apply to this run, or None."""
-    if fake:
+    if fake and case.kind == "island" and case.check == "grad":
+        return FAKE_AUTOGRAD.format(device=case.device)
+    if fake and case.kind == "island" and case.check == "numerics":
+        return "not applicable in --fake mode: fake tensors carry no values"
+    if fake and (case.kind, case.check) not in FAKE_CHECKS:
         return ("not applicable in --fake mode: a wrapper enters the device's own autocast, "
                 "which needs the device")
     w = case.wrapper
+    if isinstance(w, Float32Island):
+        return None
     if isinstance(w, ForwardDecorator):
         return _forward_not_applicable(w, case)
     noop = w.noop_devices.get(case.device)

@@ -9,6 +9,9 @@ context managers). A declaration says what the wrapper claims; the wrapper check
   and a device type (open_clip's ``get_autocast(precision, device_type=...)()``).
 - :class:`ForwardDecorator`: a decorator for a forward function, in the manner of
   ``torch.amp.custom_fwd(cast_inputs=...)`` (speechbrain's ``fwd_default_precision``).
+- :class:`Float32Island`: a function, module or context manager that leaves autocast for a
+  float32 computation (a layer that must not run in lower precision): inputs cast to
+  float32, the device's autocast off inside, the caller's region back after.
 
 A declaration is plain data plus callables; :func:`validate` turns a bad one into one
 :class:`DeclarationError` naming the wrapper and the field. Declarations reach a run through
@@ -28,6 +31,9 @@ import torch
 #: what a region factory does for a precision name that means float32, or one it does not know
 NOOP, ERROR, FALLBACK = "noop", "error", "fallback"
 BEHAVIOURS = (NOOP, ERROR, FALLBACK)
+#: the dtype a float32 island returns: float32, or its first floating input's dtype
+FLOAT32, INPUT = "float32", "input"
+RETURNS = (FLOAT32, INPUT)
 
 
 class DeclarationError(ValueError):
@@ -120,7 +126,64 @@ class ForwardDecorator:
     version: str = ""
 
 
-Wrapper = RegionFactory | ForwardDecorator
+def tensor(*shape: int, device: str, seed: int = 5) -> torch.Tensor:
+    """A seeded float32 tensor on ``device`` for a declaration's ``inputs`` (inside the fake
+    device's FakeTensorMode, where nothing can be copied onto it, a fake one)."""
+    from torch._guards import detect_fake_mode
+
+    if detect_fake_mode() is not None:
+        return torch.empty(*shape, device=device)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+def _one_input(device: str) -> tuple[torch.Tensor, ...]:
+    return (tensor(4, 8, device=device),)
+
+
+def float32_body(*inputs: torch.Tensor) -> torch.Tensor:
+    """The computation a context-manager island runs (the caller's part of the contract:
+    its inputs cast to float32): ops autocast would run in lower precision and in float32."""
+    x = inputs[0].float()
+    return torch.softmax(x @ x.mT, dim=-1).sum(-1) + torch.nn.functional.layer_norm(x, x.shape[-1:]).mean(-1)
+
+
+@dataclass(frozen=True)
+class Float32Island:
+    """A wrapper that leaves autocast for a float32 computation. Declare ``build`` for a
+    function or module (``build(device)`` -> the callable, e.g. ``lambda d: Layer(8).to(d)``)
+    or ``context`` for a context manager (``context(device)`` -> a fresh one, run around
+    :func:`float32_body`, which casts its inputs itself)."""
+
+    name: str
+    devices: tuple[str, ...]
+    build: Callable[[str], Callable[..., Any]] | None = None
+    context: Callable[[str], AbstractContextManager] | None = None
+    #: ``inputs(device)`` -> the float32 tensors the island takes (its floating ones are
+    #: also sent in each amp dtype, as a region's activations arrive); integer ones pass as
+    #: they are
+    inputs: Callable[[str], tuple[torch.Tensor, ...]] = _one_input
+    #: the output's dtype: ``float32``, or ``input`` (cast back to its first floating input's)
+    returns: str = FLOAT32
+    #: a hand-written float32 computation, ``reference(*inputs)`` on float32 inputs with
+    #: autocast off (None: the island itself, called outside any region)
+    reference: Callable[..., Any] | None = None
+    library: str = ""
+    version: str = ""
+
+    def island(self, device: str) -> Callable[..., Any]:
+        """The callable the checks call (the context manager around its body)."""
+        if self.build is not None:
+            return self.build(device)
+        make = self.context
+
+        def run(*inputs: torch.Tensor) -> Any:
+            with make(device):
+                return float32_body(*inputs)
+        return run
+
+
+Wrapper = RegionFactory | ForwardDecorator | Float32Island
+KINDS = (RegionFactory, ForwardDecorator, Float32Island)
 
 
 def _require(ok: bool, wrapper: str, name: str, problem: str) -> None:
@@ -134,9 +197,9 @@ def _devices(value: Any) -> bool:
 
 def validate(wrapper: Any) -> Wrapper:
     """``wrapper`` if it is a well-formed declaration; else DeclarationError naming the field."""
-    if not isinstance(wrapper, (RegionFactory, ForwardDecorator)):
-        raise DeclarationError(repr(wrapper)[:60], "type", "expected a RegionFactory or a "
-                               f"ForwardDecorator, got {type(wrapper).__name__}")
+    if not isinstance(wrapper, KINDS):
+        raise DeclarationError(repr(wrapper)[:60], "type", "expected a RegionFactory, a "
+                               f"ForwardDecorator or a Float32Island, got {type(wrapper).__name__}")
     name = wrapper.name
     _require(isinstance(name, str) and bool(name.strip()) and "[" not in name and " " not in name,
              str(name), "name", "expected a non-empty name without spaces or brackets")
@@ -162,6 +225,19 @@ def validate(wrapper: Any) -> Wrapper:
             "expected a tuple of names of precisions")
         _require(isinstance(wrapper.single_use, str), name, "single_use",
                  "expected why the region object is single-use, or an empty string")
+    elif isinstance(wrapper, Float32Island):
+        _require((wrapper.build is None) != (wrapper.context is None), name, "build",
+                 "declare exactly one of build (a function or module) and context (a context "
+                 "manager)")
+        _require(wrapper.build is None or callable(wrapper.build), name, "build",
+                 "expected build(device) -> the island")
+        _require(wrapper.context is None or callable(wrapper.context), name, "context",
+                 "expected context(device) -> a context manager")
+        _require(callable(wrapper.inputs), name, "inputs", "expected inputs(device) -> tensors")
+        _require(wrapper.returns in RETURNS, name, "returns",
+                 f"expected one of {', '.join(RETURNS)}, got {wrapper.returns!r}")
+        _require(wrapper.reference is None or callable(wrapper.reference), name, "reference",
+                 "expected a callable or None")
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,

@@ -40,13 +40,26 @@ SINGLE_USE = "a region object declared single-use refuses a second entry"
 THREADS = "leaves another thread's autocast state alone"
 CACHE_OUTERMOST = "releases the cast cache only at the outermost exit of any nesting"
 DECORATOR_RAISES = "restores the autocast state when a decorated function raises"
+ISLAND_FLOAT32 = "runs its computation in float32 inside any autocast region"
+ISLAND_RETURNS = "returns the dtype it declares"
+ISLAND_RESTORED = "gives the caller's region back as it was, on return and on an exception"
+ISLAND_NESTING = "stays float32 and gives each region back when nested in regions and islands"
+ISLAND_GRAD = "lets gradients through to its inputs and parameters, in their own dtypes"
+ISLAND_NUMERICS = "computes what the same float32 computation computes outside autocast"
+READS_OTHER = "reads its own device's autocast state, not another device's"
+CHANGES_OTHER = "leaves every other device's autocast state alone"
+
+#: the declaration class each kind of case names in a reproduction
+_CLASSES = {"region": "RegionFactory", "forward": "ForwardDecorator", "island": "Float32Island"}
 
 
 def where(case: WrapperCase) -> str:
     text = f"wrapper {case.wrapper.name}"
     if case.wrapper.library:
         text += f" ({case.wrapper.library} {case.wrapper.version})".replace(" )", ")")
-    text += f" on {case.device}"
+    text += f" on {case.device}" + (" (fake)" if case.fake else "")
+    if case.kind == "island":
+        text += f", in a {devices.dtype_name(case.amp_dtype)} region"
     if case.precision is not None:
         text += f", precision {case.precision!r} ({devices.dtype_name(case.amp_dtype)})"
     return text
@@ -61,8 +74,7 @@ def fail(case: WrapperCase, promise: str, problems: Sequence[str] | str,
          reproduce: Sequence[str]) -> NoReturn:
     """Raise the ConformanceFailure of a broken promise."""
     problems = [problems] if isinstance(problems, str) else list(problems)
-    kind = "RegionFactory" if case.kind == "region" else "ForwardDecorator"
-    lines = ["import torch", f"decl = ...  # the {kind} named {case.wrapper.name!r}",
+    lines = ["import torch", f"decl = ...  # the {_CLASSES[case.kind]} named {case.wrapper.name!r}",
              *reproduce]
     body = "\n".join(f"  {p}" for p in problems)
     raise ConformanceFailure(f"{where(case)}: broken promise: {promise}\n{body}\n  reproduce:\n"

@@ -16,6 +16,7 @@ from amp_conformance.checks.wrappers import planted
 
 OPTIONS = ("--wrapper", "amp_conformance.checks.wrappers.planted:PLANTED")
 REGION, FORWARD = "wrapper planted.region", "wrapper planted.forward"
+ISLAND, ISLAND_FUNCTION = "wrapper planted.island ", "wrapper planted.island_function "
 
 register(Mutant(
     name="wrapper-leaks-dtype-after-exception",
@@ -101,3 +102,43 @@ for _name, _who, _promise, _check, _impl, _what in _NEW:
         select=f"test_wrapper_{'region' if _who == REGION else 'forward'} and {_check}",
         options=OPTIONS,
     ))
+
+
+# issue 38: float32 islands, and every wrapper on its own device's state alone
+register(Mutant(
+    name="wrapper-region-reads-cuda-flag",
+    description="a region factory that enters nothing where autocast is already on, asking "
+                "CUDA's flag (torch.is_autocast_enabled() without a device) on cpu",
+    apply=lambda: planted.plant(make=planted.nests_by_cuda_flag),
+    expect=(REGION, F.READS_OTHER, "it reads cuda's state"),
+    select="test_wrapper_region and devices",
+    options=OPTIONS,
+))
+_ISLANDS = [
+    ("wrapper-island-no-restore", "no_restore", F.ISLAND_RESTORED, "restored", "enabled",
+     "a float32 island that turns autocast off and never turns it back on"),
+    ("wrapper-island-leaves-cache-on", "cache_on", F.ISLAND_RESTORED, "restored",
+     "cache_enabled", "a float32 island that turns the cast cache on and leaves it on"),
+    ("wrapper-island-reads-other-device", "reads_other", F.READS_OTHER, "devices",
+     "it reads {other}'s state", "a float32 island that asks another device's flag "
+     "(CUDA's on cpu, CPU's elsewhere) whether to turn autocast off"),
+]
+for _name, _bug, _promise, _check, _text, _what in _ISLANDS:
+    for _device, _fake in (("cpu", False), ("cuda", True)):
+        register(Mutant(
+            name=_name + ("-fake-cuda" if _fake else ""),
+            description=_what + (" (on a fake cuda device)" if _fake else ""),
+            apply=lambda bug=_bug: planted.plant(island=planted.island_of(bug)),
+            expect=(ISLAND, _promise, _text.format(other="cpu" if _fake else "cuda")),
+            select=f"test_wrapper_island and {_check}",
+            options=OPTIONS, device=_device, fake=_fake,
+        ))
+register(Mutant(
+    name="wrapper-island-casts-back-wrong",
+    description="a float32 island declared to return its input's dtype that casts its "
+                "result to float16 whatever the input",
+    apply=lambda: planted.plant(island_function=planted.back_to_float16),
+    expect=(ISLAND_FUNCTION, F.ISLAND_RETURNS, "declared returns='input'"),
+    select="test_wrapper_island and float32",
+    options=OPTIONS,
+))

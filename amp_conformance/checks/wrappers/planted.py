@@ -22,7 +22,13 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks.wrappers.declare import ERROR, ForwardDecorator, RegionFactory
+from amp_conformance.checks.wrappers.declare import (
+    ERROR,
+    Float32Island,
+    ForwardDecorator,
+    RegionFactory,
+    float32_body,
+)
 from amp_conformance.core.casting import is_eligible, map_tensors
 
 DEVICE = "cpu"
@@ -235,11 +241,77 @@ def forward_decl(name: str, decorate: Callable, backward: Callable | None) -> Fo
                             library="torch", version=torch.__version__)
 
 
+def disabled(device: str) -> contextlib.AbstractContextManager:
+    """The float32 island of PyTorch's docs: torch.autocast(device, enabled=False)."""
+    return torch.autocast(device, enabled=False)
+
+
+class _Island:
+    """A hand-made island switching the state directly, with one bug each."""
+
+    def __init__(self, device: str, bug: str):
+        self.device, self.bug = device, bug
+
+    def __enter__(self) -> None:
+        self.prev = (torch.is_autocast_enabled(self.device), torch.get_autocast_dtype(self.device),
+                     torch.is_autocast_cache_enabled())
+        reads = self.device
+        if self.bug == "reads_other":  # the bug: torch.is_autocast_enabled() without a
+            reads = "cuda" if self.device != "cuda" else "cpu"  # device (CUDA's), or CPU's
+        if torch.is_autocast_enabled(reads):
+            torch.set_autocast_enabled(self.device, False)
+        if self.bug == "cache_on":
+            torch.set_autocast_cache_enabled(True)
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> bool:
+        if self.bug == "no_restore":
+            return False
+        if not (self.bug == "no_restore_on_error" and exc_type is not None):
+            torch.set_autocast_enabled(self.device, self.prev[0])
+        if self.bug != "cache_on":
+            torch.set_autocast_cache_enabled(self.prev[2])
+        return False
+
+
+def nests_by_cuda_flag(precision: str, device: str) -> contextlib.AbstractContextManager:
+    """A region factory that enters nothing where autocast is already on, asking CUDA's
+    flag (as ``torch.is_autocast_enabled()`` without a device does) whatever the device."""
+    if torch.is_autocast_enabled("cuda"):
+        return contextlib.nullcontext()
+    return autocast_region(precision, device)
+
+
+def island_of(bug: str) -> Callable[[str], contextlib.AbstractContextManager]:
+    return lambda device: _Island(device, bug)
+
+
+def back_to_float16(*inputs: torch.Tensor) -> torch.Tensor:
+    """A function island that computes in float32 but casts its result to float16, whatever
+    its input's dtype (declared returns="input")."""
+    with torch.autocast(inputs[0].device.type, enabled=False):
+        return float32_body(*inputs).to(torch.float16)
+
+
+def island_function(*inputs: torch.Tensor) -> torch.Tensor:
+    with torch.autocast(inputs[0].device.type, enabled=False):
+        return float32_body(*inputs).to(inputs[0].dtype)
+
+
+def island_decl(name: str, **how: Any) -> Float32Island:
+    return Float32Island(name=name, devices=ISLAND_DEVICES, library="torch",
+                         version=torch.__version__, **how)
+
+
+#: an island needs no hardware: the planted ones run on cpu and on a fake cuda device
+ISLAND_DEVICES = (DEVICE, "cuda")
+
 REFERENCE = [region_decl("torch.autocast", autocast_region),
-             forward_decl("torch.amp.custom_fwd", custom_fwd, custom_bwd)]
+             forward_decl("torch.amp.custom_fwd", custom_fwd, custom_bwd),
+             island_decl("torch.autocast-disabled", context=disabled)]
 
 #: the implementations PLANTED delegates to; a mutant plants a broken one
-SOUND = {"make": autocast_region, "decorate": custom_fwd, "decorate_backward": custom_bwd}
+SOUND = {"make": autocast_region, "decorate": custom_fwd, "decorate_backward": custom_bwd,
+         "island": disabled, "island_function": island_function}
 _PLANTED: dict[str, Callable] = dict(SOUND)
 
 
@@ -253,6 +325,10 @@ PLANTED = [
     region_decl("planted.region", lambda p, d: _PLANTED["make"](p, d)),
     forward_decl("planted.forward", lambda fn: _PLANTED["decorate"](fn),
                  lambda fn: _PLANTED["decorate_backward"](fn)),
+    island_decl("planted.island", context=lambda d: _PLANTED["island"](d)),
+    island_decl("planted.island_function", returns="input",
+                build=lambda d: lambda *x: _PLANTED["island_function"](*x),
+                reference=float32_body),
 ]
 
 LEAKS_DTYPE = region_decl("planted.leaks_dtype", leaky_region)

@@ -22,17 +22,19 @@ HOOK = "pytest_amp_conformance_wrappers"
 FIXTURE = "amp_wrapper_case"
 #: the suite function of each declaration kind
 FUNCTIONS = {"test_wrapper_region": declare.RegionFactory,
-             "test_wrapper_forward": declare.ForwardDecorator}
-_KINDS = (declare.RegionFactory, declare.ForwardDecorator)
+             "test_wrapper_forward": declare.ForwardDecorator,
+             "test_wrapper_island": declare.Float32Island}
+_KINDS = declare.KINDS
 
 
 class WrapperTier(Tier):
     check = CHECK
     options = {"--wrapper": dict(
         dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
-        help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory or "
-             "ForwardDecorator (amp_conformance.checks.wrappers), a list of them, or a "
-             "callable returning either; repeatable; opt-in (no wrapper item without it)")}
+        help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory, "
+             "ForwardDecorator or Float32Island (amp_conformance.checks.wrappers), a list of "
+             "them, or a callable returning either; repeatable; opt-in (no wrapper item "
+             "without it)")}
 
     def resolve(self, config: Any, run: Run) -> Mapping[str, Any]:
         found = [(where, d) for where, result in run.hooks(HOOK)
@@ -70,11 +72,11 @@ class WrapperTier(Tier):
 def params(metafunc: Any, settings: Any) -> list[Any]:
     """The declared wrappers' items of one suite function (its kind), the ones that do not
     apply marked skip with why."""
-    kind = {"test_wrapper_region": "region", "test_wrapper_forward": "forward"}[
-        metafunc.definition.originalname]
+    kind = {"test_wrapper_region": "region", "test_wrapper_forward": "forward",
+            "test_wrapper_island": "island"}[metafunc.definition.originalname]
     cache = settings.declarations.capabilities.cast_cache
     found = []
-    for case in cases(settings.wrappers, settings.device, settings.amp_dtypes):
+    for case in cases(settings.wrappers, settings.device, settings.amp_dtypes, settings.fake):
         if case.kind != kind:
             continue
         reason = not_applicable(case, settings.amp_dtypes, settings.fake, cache)
@@ -113,7 +115,7 @@ def _declarations(where: str, result: Any) -> list[Any]:
         return list(result)
     raise pytest.UsageError(f"amp-conformance: {where}: gave {type(result).__name__} "
                             f"{reprlib.repr(result)}; expected a RegionFactory, a "
-                            "ForwardDecorator or a list of them")
+                            "ForwardDecorator, a Float32Island or a list of them")
 
 
 TIER = WrapperTier()

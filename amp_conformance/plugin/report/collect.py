@@ -115,8 +115,9 @@ def item_info(item: pytest.Item) -> dict[str, Any]:
         w = wrapper.wrapper
         info["wrapper"] = {"name": w.name, "kind": wrapper.kind, "library": w.library,
                            "version": w.version, "check": wrapper.check,
-                           "precision": wrapper.precision}
-        if wrapper.precision is not None:
+                           "precision": wrapper.precision, "device": wrapper.device,
+                           "fake": wrapper.fake}
+        if wrapper.precision is not None or wrapper.kind != "region":
             info["amp_dtype"] = devices.dtype_name(wrapper.amp_dtype)
     return info
 

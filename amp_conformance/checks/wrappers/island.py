@@ -1,0 +1,299 @@
+"""The checks of a :class:`~amp_conformance.checks.wrappers.declare.Float32Island`.
+
+An island is called inside a region of the device's autocast (each amp dtype of the run),
+its floating inputs sent as the region's activations arrive (in the amp dtype) and in
+float32. A dispatch mode below autocast sees the dtypes each op actually ran in: every op
+but a cast must compute in float32, the output must have the declared dtype, and the
+caller's whole autocast state must be back after the island (on return, and when an op
+inside raises: the mode raises at the island's first computing op). Nested inside regions
+of both dtypes, inside a disabled region, and (for a context manager) around a region and
+around itself, each state comes back. Gradients reach the inputs and parameters in their
+own dtypes and equal the float32 computation's; so do the values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from amp_conformance.checks.wrappers import failure as F
+from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.checks.wrappers.declare import INPUT, float32_body
+from amp_conformance.checks.wrappers.region import kept, other_dtype
+from amp_conformance.core import devices
+from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.errors import describe_error
+from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
+from amp_conformance.core.target import Target
+
+aten = torch.ops.aten
+#: ops that change no value's precision: a cast, a copy, a view
+_CASTS = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.detach.default,
+          aten.lift_fresh.default, aten.alias.default, aten._unsafe_view.default}
+
+
+class Raised(Exception):
+    """Raised by the trace at the island's first computing op."""
+
+
+class Trace(TorchDispatchMode):
+    """The ops run below autocast, each with the dtypes of its floating outputs; with
+    ``raise_first``, raises :class:`Raised` at the first op that computes."""
+
+    def __init__(self, raise_first: bool = False):
+        super().__init__()
+        self.ops: list[tuple[str, tuple[torch.dtype, ...]]] = []
+        self.raise_first = raise_first
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        computes = func not in _CASTS and not getattr(func, "is_view", False)
+        if computes and self.raise_first:
+            raise Raised(f"raised inside the island, at {func}")
+        out = func(*args, **(kwargs or {}))
+        if computes:
+            dtypes = tuple(t.dtype for t in tensors_in(out) if t.is_floating_point())
+            self.ops.append((str(func), dtypes))
+        return out
+
+    def lower(self) -> str | None:
+        """The first op that computed in another dtype than float32, described."""
+        for name, dtypes in self.ops:
+            if any(d != torch.float32 for d in dtypes):
+                return f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}"
+        return None
+
+
+def target(case: WrapperCase) -> Target:
+    return Target(case.device, case.fake)
+
+
+def sent(made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
+    """The inputs as a region hands them on: floating tensors in ``dtype``."""
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                 for t in made)
+
+
+def _first_floating(values: tuple[Any, ...]) -> torch.dtype:
+    return next(t.dtype for t in tensors_in(values) if t.is_floating_point())
+
+
+def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...]) -> str | None:
+    want = _first_floating(xs) if case.wrapper.returns == INPUT else torch.float32
+    got = [t.dtype for t in tensors_in(out) if t.is_floating_point()]
+    if not got or any(d != want for d in got):
+        return (f"output {', '.join(devices.dtype_name(d) for d in got) or 'not floating'}; "
+                f"declared returns={case.wrapper.returns!r}: {devices.dtype_name(want)}")
+    return None
+
+
+def _repro(case: WrapperCase, dtype: torch.dtype, extra: list[str] | None = None) -> list[str]:
+    d = case.device
+    return [f"island = decl.island({d!r}); x = decl.inputs({d!r})",
+            f"with torch.autocast({d!r}, dtype={case.amp_dtype}):",
+            f"    out = island(*[t.to({dtype}) if t.is_floating_point() else t for t in x])",
+            *(extra or ["print(out.dtype)"])]
+
+
+def run_traced(island: Any, xs: tuple[Any, ...], raise_first: bool = False
+               ) -> tuple[Trace, Any]:
+    with Trace(raise_first) as trace:
+        out = island(*xs)
+    return trace, out
+
+
+def check_float32(case: WrapperCase) -> None:
+    """Inside a region, with inputs in the amp dtype and in float32, every op computes in
+    float32 and the output has the declared dtype."""
+    t, dev = target(case), case.device
+    problems = []
+    with kept(dev), t.tensors():
+        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        for dtype in (case.amp_dtype, torch.float32):
+            xs = sent(made, dtype)
+            with t.autocast(case.amp_dtype):
+                trace, out = run_traced(island, xs)
+            lower = trace.lower()
+            if lower:
+                problems.append(f"inputs in {devices.dtype_name(dtype)}: {lower}")
+            wrong = _returns_problem(case, out, xs)
+            if wrong:
+                problems.append(f"inputs in {devices.dtype_name(dtype)}: {wrong}")
+    if problems:
+        promise = F.ISLAND_FLOAT32 if any("computed" in p for p in problems) else F.ISLAND_RETURNS
+        F.fail(case, promise, problems, _repro(case, case.amp_dtype))
+
+
+def _after(case: WrapperCase, island: Any, xs: tuple[Any, ...], raise_first: bool
+           ) -> list[str]:
+    """What differs in the whole autocast state after the island from before it (the
+    exception the trace raised inside must reach the caller)."""
+    before = AutocastState.capture(case.device)
+    try:
+        run_traced(island, xs, raise_first)
+    except Raised:
+        pass
+    else:
+        if raise_first:
+            return ["the exception raised inside the island did not reach the caller"]
+    changes = before.diff(AutocastState.capture(case.device))
+    before.restore()
+    return changes
+
+
+def check_restored(case: WrapperCase) -> None:
+    """Inside a region (its cast cache off, so an island that turns it on shows), the whole
+    autocast state of every device is the same after the island as before: on return and
+    when an op inside raises."""
+    t, dev = target(case), case.device
+    with kept(dev), t.tensors():
+        island, xs = case.wrapper.island(dev), sent(case.wrapper.inputs(dev), case.amp_dtype)
+        with t.autocast(case.amp_dtype, cache_enabled=False):
+            returned = _after(case, island, xs, raise_first=False)
+            raised = _after(case, island, xs, raise_first=True)
+    problems = ([f"after it returned: {c}" for c in returned]
+                + [f"after an op inside it raised: {c}" for c in raised])
+    if problems:
+        F.fail(case, F.ISLAND_RESTORED, problems, [
+            f"island = decl.island({dev!r}); x = decl.inputs({dev!r})",
+            f"with torch.autocast({dev!r}, dtype={case.amp_dtype}, cache_enabled=False):",
+            "    island(*x)",
+            f"    print(torch.is_autocast_enabled({dev!r}), torch.get_autocast_dtype({dev!r}), "
+            "torch.is_autocast_cache_enabled())"])
+
+
+@contextlib.contextmanager
+def _regions(t: Target, dtypes: tuple[torch.dtype | None, ...]) -> Iterator[None]:
+    """Nested regions, outermost first; None: a disabled one."""
+    with contextlib.ExitStack() as stack:
+        for dtype in dtypes:
+            stack.enter_context(t.autocast(dtype, enabled=dtype is not None))
+        yield
+
+
+def check_nesting(case: WrapperCase) -> None:
+    """Inside a region of the other dtype around one of this dtype, and inside a disabled
+    region in an enabled one, the island computes in float32 and gives the innermost state
+    back; a context-manager island also around a region (its ops in that region's dtype,
+    the island's float32 back after it) and around itself."""
+    t, dev, amp = target(case), case.device, case.amp_dtype
+    problems = []
+    with kept(dev), t.tensors():
+        island, xs = case.wrapper.island(dev), sent(case.wrapper.inputs(dev), amp)
+        for dtypes in ((other_dtype(amp), amp), (amp, None)):
+            where = " > ".join("disabled" if d is None else devices.dtype_name(d) for d in dtypes)
+            with _regions(t, dtypes):
+                before = AutocastState.capture(dev)
+                trace, _ = run_traced(island, xs)
+                changes = before.diff(AutocastState.capture(dev))
+            if trace.lower():
+                problems.append(f"inside {where}: {trace.lower()}")
+            problems += [f"inside {where}, after it: {c}" for c in changes]
+        if case.wrapper.context is not None:
+            problems += _context_nesting(case, t, xs)
+    if problems:
+        F.fail(case, F.ISLAND_NESTING, problems, _repro(case, amp))
+
+
+def _context_nesting(case: WrapperCase, t: Target, xs: tuple[Any, ...]) -> list[str]:
+    dev, amp, make = case.device, case.amp_dtype, case.wrapper.context
+    problems = []
+    with t.autocast(amp):
+        with make(dev):
+            with t.autocast(amp), Trace() as inner:
+                float32_body(*xs)
+            if not any(d == amp for _, dtypes in inner.ops for d in dtypes):
+                problems.append(f"a {devices.dtype_name(amp)} region inside it computed "
+                                "nothing in its dtype")
+            with make(dev):
+                pass
+            with Trace() as after:
+                float32_body(*xs)
+            if after.lower():
+                problems.append(f"after a region and the island itself nested inside it: "
+                                f"{after.lower()}")
+        if not torch.is_autocast_enabled(dev) or torch.get_autocast_dtype(dev) != amp:
+            problems.append(f"after the nested islands: {F.state_of(dev)}; expected the "
+                            f"{devices.dtype_name(amp)} region back")
+    return problems
+
+
+def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], in_region: bool
+           ) -> tuple[list[torch.Tensor | None], list[tuple[str, torch.Tensor | None]], Any]:
+    leaves = [t.detach().clone().requires_grad_() if t.is_floating_point() else t
+              for t in made]
+    params = list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
+    for _, p in params:
+        p.grad = None
+    if in_region:
+        with torch.autocast(case.device, dtype=case.amp_dtype):
+            out = island(*sent(tuple(leaves), case.amp_dtype))
+    else:
+        reference = case.wrapper.reference or island
+        with torch.autocast(case.device, enabled=False):
+            out = reference(*(t.to(case.amp_dtype).float() if t.is_floating_point() else t
+                              for t in leaves))
+    sum(o.float().sum() for o in tensors_in(out) if o.is_floating_point()).backward()
+    return ([t.grad for t in leaves if t.is_floating_point()],
+            [(n, p.grad) for n, p in params], out)
+
+
+def check_grad(case: WrapperCase) -> None:
+    """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
+    every parameter, each in its own dtype, equal to those of the float32 computation."""
+    dev, problems = case.device, []
+    with kept(dev), grad_and_dtype_restored():
+        torch.set_grad_enabled(True)
+        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        got, got_params, _ = _grads(case, island, made, in_region=True)
+        want, want_params, _ = _grads(case, island, made, in_region=False)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        problems += _grad_problem(f"input {i}", g, w, torch.float32)
+    for (name, g), (_, w) in zip(got_params, want_params, strict=True):
+        p = dict(island.named_parameters())[name]
+        problems += _grad_problem(f"parameter {name}", g, w, p.dtype)
+    if problems:
+        F.fail(case, F.ISLAND_GRAD, problems, _repro(case, case.amp_dtype, [
+            "out.float().sum().backward()"]))
+
+
+def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None,
+                  dtype: torch.dtype) -> list[str]:
+    if got is None:
+        return [] if want is None else [f"{what}: no gradient"]
+    if got.dtype != dtype:
+        return [f"{what}: gradient in {devices.dtype_name(got.dtype)}, expected "
+                f"{devices.dtype_name(dtype)}"]
+    if want is not None:
+        try:
+            torch.testing.assert_close(got, want)
+        except AssertionError as exc:
+            return [f"{what}: gradient differs from the float32 computation's: "
+                    f"{describe_error(exc)}"]
+    return []
+
+
+def check_numerics(case: WrapperCase) -> None:
+    """The output inside a region equals the float32 computation's on the same inputs
+    (the declared reference, or the island outside any region), within the output dtype's
+    tolerances."""
+    dev, amp = case.device, case.amp_dtype
+    with kept(dev), torch.no_grad():
+        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        with torch.autocast(dev, dtype=amp):
+            out = island(*sent(made, amp))
+        with torch.autocast(dev, enabled=False):
+            want = (case.wrapper.reference or island)(*sent(sent(made, amp), torch.float32))
+    outs, wants = list(tensors_in(out)), list(tensors_in(want))
+    problems = [] if len(outs) == len(wants) else [
+        f"{len(outs)} output tensors, the float32 computation gives {len(wants)}"]
+    for i, (o, w) in enumerate(zip(outs, wants, strict=False)):
+        try:
+            torch.testing.assert_close(o, w.to(o.dtype))
+        except AssertionError as exc:
+            problems.append(f"output {i}: {describe_error(exc)}")
+    if problems:
+        F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))

@@ -1,0 +1,225 @@
+"""Every wrapper reads and changes its own device's autocast state alone.
+
+``torch.is_autocast_enabled()`` without a device reads CUDA's flag, and a helper that
+enters ``torch.autocast("cuda")`` whatever its tensors' device changes CUDA's state: on a
+CPU both go unnoticed while every other device's state is at its default. So each wrapper
+is run on its device while every other device type torch keeps a state for is switched
+on and off, in either amp dtype: what the wrapper does on its own device (its region's
+state inside and after, what a decorated forward receives, the dtypes an island computes
+in; also after an exception) must not change, and the other devices' states must stay as
+set, inside and after. A difference names the device read (found by switching one device
+at a time) or changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from amp_conformance.checks.wrappers import failure as F
+from amp_conformance.checks.wrappers import island as I
+from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.checks.wrappers.region import kept, other_dtype, region
+from amp_conformance.core import devices
+from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.state import autocast_device_types
+
+State = tuple[bool, torch.dtype]
+
+
+class _Raised(Exception):
+    """Raised inside a region or a forward, to see what the wrapper restores after it."""
+
+
+def others(device: str) -> tuple[str, ...]:
+    return tuple(d for d in autocast_device_types() if d != device)
+
+
+def _states(names: tuple[str, ...]) -> dict[str, State]:
+    return {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in names}
+
+
+class _Seen:
+    """What one run of the wrapper did on its own device, and the other devices' states at
+    the points it looked (each compared with the setting)."""
+
+    def __init__(self, device: str):
+        self.device, self.names = device, others(device)
+        self.own: list[tuple[str, Any]] = []
+        self.theirs: list[tuple[str, dict[str, State]]] = []
+
+    def look(self, point: str, own: Any = None) -> None:
+        self.own.append((point, own if own is not None else _own(self.device)))
+        self.theirs.append((point, _states(self.names)))
+
+
+def _own(device: str) -> State:
+    return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+
+def _region(case: WrapperCase, seen: _Seen) -> None:
+    with region(case):
+        seen.look("inside the region")
+    seen.look("after the region")
+    with contextlib.suppress(_Raised), region(case):
+        raise _Raised
+    seen.look("after an exception inside the region")
+
+
+def _forward(case: WrapperCase, seen: _Seen) -> None:
+    dev, t = case.device, I.target(case)
+
+    def forward(x: torch.Tensor, fail: bool = False) -> torch.Tensor:
+        seen.look("inside the forward", (x.dtype, _own(dev)))
+        if fail:
+            raise _Raised
+        return x * 2
+
+    decorated = case.wrapper.decorate(forward)
+    x = torch.ones(2, 2, device=dev).to(torch.float32 if case.wrapper.cast_dtype != torch.float32
+                                        else case.amp_dtype)
+    for name, context in (("in a region", t.autocast(case.amp_dtype)), ("outside", None)):
+        with context or contextlib.nullcontext():
+            decorated(x)
+            seen.look(f"{name}, after the forward")
+            with contextlib.suppress(_Raised):
+                decorated(x, fail=True)
+            seen.look(f"{name}, after the forward raised")
+
+
+def _island(case: WrapperCase, seen: _Seen) -> None:
+    dev, t = case.device, I.target(case)
+    island, xs = case.wrapper.island(dev), I.sent(case.wrapper.inputs(dev), case.amp_dtype)
+    for name, context in (("in a region", t.autocast(case.amp_dtype)), ("outside", None)):
+        with context or contextlib.nullcontext():
+            with _Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
+                out = island(*xs)
+            seen.look(f"{name}, what it computed in", (tuple(trace.ops), tuple(
+                t.dtype for t in tensors_in(out))))
+            seen.look(f"{name}, after the island")
+            with contextlib.suppress(I.Raised):
+                I.run_traced(island, xs, raise_first=True)
+            seen.look(f"{name}, after an op inside the island raised")
+
+
+class _Looking(TorchFunctionMode):
+    """Looks at every device's state at the island's first torch call (above the
+    dispatcher: below it, inside a dispatch mode, every autocast flag reads False)."""
+
+    def __init__(self, seen: _Seen, point: str):
+        super().__init__()
+        self.seen, self.point = seen, point
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.point:
+            self.seen.look(self.point)
+            self.point = ""
+        return func(*args, **(kwargs or {}))
+
+
+RUNS: dict[str, Callable[[WrapperCase, _Seen], None]] = {
+    "region": _region, "forward": _forward, "island": _island}
+
+
+@contextlib.contextmanager
+def _available(case: WrapperCase) -> Iterator[None]:
+    """On a fake CUDA device, torch.autocast("cuda") as on a GPU with bfloat16 (without one
+    it disables itself); every other device type's torch.autocast asks nothing."""
+    if not (case.fake and case.device == "cuda"):
+        yield
+        return
+    with mock.patch.object(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False), \
+            mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: True):
+        yield
+
+
+def settings(dtype: torch.dtype) -> tuple[State, ...]:
+    """The other devices' states tried: off and on, in either amp dtype."""
+    other = other_dtype(dtype)
+    return ((False, other), (True, other), (True, dtype), (False, dtype))
+
+
+def observe(case: WrapperCase, state: dict[str, State]) -> _Seen:
+    """One run of the wrapper with the other devices in ``state``."""
+    seen = _Seen(case.device)
+    with kept(case.device):
+        for d, (enabled, dtype) in state.items():
+            torch.set_autocast_enabled(d, enabled)
+            torch.set_autocast_dtype(d, dtype)
+        RUNS[case.kind](case, seen)
+    return seen
+
+
+def _changed(seen: _Seen, state: dict[str, State]) -> list[str]:
+    found = []
+    for point, theirs in seen.theirs:
+        for d, got in theirs.items():
+            if got != state[d]:
+                found.append(f"{point}: {d} {_state(got)}, set to {_state(state[d])}")
+    return found
+
+
+def _state(s: State) -> str:
+    return f"enabled={s[0]}, dtype={devices.dtype_name(s[1])}"
+
+
+def _differs(a: _Seen, b: _Seen) -> str | None:
+    for (point, mine), (_, theirs) in zip(a.own, b.own, strict=True):
+        if mine != theirs:
+            return f"{point}: {theirs!r} instead of {mine!r}"
+    return None
+
+
+def check_devices(case: WrapperCase) -> None:
+    """The wrapper does the same on its device whatever the other devices' states, and
+    leaves those states as they were set."""
+    names = others(case.device)
+    tried = settings(case.amp_dtype)
+    with I.target(case).tensors(), _available(case):
+        base_state = dict.fromkeys(names, tried[0])
+        base = observe(case, base_state)
+        changed = _changed(base, base_state)
+        for setting in tried[1:]:
+            every = dict.fromkeys(names, setting)
+            seen = observe(case, every)
+            changed = changed or _changed(seen, every)
+            if _differs(base, seen) is not None:
+                _fail_reads(case, base, setting, names)
+    if changed:
+        culprits = sorted({c.split(": ")[1].split(" ")[0] for c in changed})
+        F.fail(case, F.CHANGES_OTHER, [f"it changed {', '.join(culprits)}'s autocast state",
+                                       *changed[:6]], _lines(case, culprits[0]))
+
+
+def _fail_reads(case: WrapperCase, base: _Seen, setting: State, names: tuple[str, ...]) -> None:
+    """Find the device whose state alone changes what the wrapper does, and fail naming it."""
+    read, detail = [], ""
+    for d in names:
+        one = {n: settings(case.amp_dtype)[0] for n in names} | {d: setting}
+        difference = _differs(base, observe(case, one))
+        if difference is not None:
+            read.append(d)
+            detail = detail or difference
+    who = ", ".join(read) if read else "a combination of " + ", ".join(names)
+    F.fail(case, F.READS_OTHER, [
+        f"with {who}'s autocast state {_state(setting)}, it does something else on "
+        f"{case.device}: it reads {who}'s state", detail or "(only all of them together)"],
+        _lines(case, read[0] if read else names[0], setting))
+
+
+def _lines(case: WrapperCase, other: str, setting: State | None = None) -> list[str]:
+    enabled, dtype = setting or (True, other_dtype(case.amp_dtype))
+    run = {"region": [f"with decl.make({case.precision!r}, {case.device!r}):",
+                      f"    print(torch.is_autocast_enabled({case.device!r}), "
+                      f"torch.is_autocast_enabled({other!r}))"],
+           "forward": ["print(decl.decorate(lambda x: x.dtype)(torch.ones(2, device="
+                       f"{case.device!r})))"],
+           "island": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",
+                      f"    print(decl.island({case.device!r})(*decl.inputs({case.device!r})))"]}
+    return [f"torch.set_autocast_enabled({other!r}, {enabled}); "
+            f"torch.set_autocast_dtype({other!r}, {dtype})", *run[case.kind]]

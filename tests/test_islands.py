@@ -1,0 +1,129 @@
+"""Float32 islands (checks/wrappers/island.py) and every wrapper on its own device's state
+alone (checks/wrappers/other_devices.py): declarations, the sound islands, each planted bug
+caught naming its promise (on cpu and on a fake cuda device), the state left as found."""
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+
+from amp_conformance.checks.wrappers import DeclarationError, failure, island, planted, validate
+from amp_conformance.checks.wrappers.cases import cases, not_applicable
+from amp_conformance.checks.wrappers.declare import Float32Island, float32_body, tensor
+from amp_conformance.checks.wrappers.other_devices import check_devices
+from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.state import AutocastState
+
+SOUND = planted.REFERENCE[2]
+CHECKS = {"float32": island.check_float32, "restored": island.check_restored,
+          "nesting": island.check_nesting, "grad": island.check_grad,
+          "numerics": island.check_numerics, "devices": check_devices}
+
+
+def _case(decl, check, device="cpu", fake=False, dtype=torch.bfloat16):
+    return next(c for c in cases([decl], device, (dtype,), fake) if c.check == check)
+
+
+class Fp32Linear(torch.nn.Linear):
+    """A module island: its linear computed in float32 whatever the region."""
+
+    def forward(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float())
+
+
+MODULE = Float32Island("test.fp32_linear", devices=("cpu",),
+                       build=lambda d: Fp32Linear(8, 3).to(d))
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("build", None, "build"), ("context", planted.disabled, "build"),  # exactly one of them
+    ("build", 3, "build"), ("returns", "region", "returns"), ("inputs", 3, "inputs"),
+    ("reference", "float32", "reference")])
+def test_a_bad_island_field_is_one_error_naming_it(field, value, named):
+    decl = dataclasses.replace(MODULE, **{field: value})
+    with pytest.raises(DeclarationError) as info:
+        validate(decl)
+    assert info.value.field == named and repr(MODULE.name) in str(info.value)
+
+
+@pytest.mark.parametrize("decl", [SOUND, MODULE, planted.PLANTED[3]], ids=lambda d: d.name)
+@pytest.mark.parametrize("check", list(CHECKS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_sound_island_passes_and_leaves_the_state_as_found(decl, check, dtype):
+    before = AutocastState.capture("cpu")
+    CHECKS[check](_case(decl, check, dtype=dtype))
+    assert before.diff(AutocastState.capture("cpu")) == []
+
+
+BROKEN = [
+    ("no_restore", "restored", failure.ISLAND_RESTORED, "after it returned: enabled: True before"),
+    ("cache_on", "restored", failure.ISLAND_RESTORED, "cache_enabled: False before, True after"),
+    ("reads_other", "devices", failure.READS_OTHER, "it reads {other}'s state"),
+]
+
+
+@pytest.mark.parametrize("device,fake", [("cpu", False), ("cuda", True)])
+@pytest.mark.parametrize("bug,check,promise,detail", BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_island_fails_naming_its_promise_and_the_device(bug, check, promise, detail,
+                                                                device, fake):
+    decl = dataclasses.replace(SOUND, name="broken", devices=("cpu", "cuda"),
+                               context=planted.island_of(bug))
+    before = AutocastState.capture("cpu")
+    with pytest.raises(ConformanceFailure) as info:
+        CHECKS[check](_case(decl, check, device, fake))
+    message = str(info.value)
+    assert f"broken promise: {promise}" in message
+    assert detail.format(other="cpu" if device == "cuda" else "cuda") in message
+    assert message.startswith(f"wrapper broken (torch {torch.__version__}) on {device}")
+    assert before.diff(AutocastState.capture("cpu")) == []
+
+
+def test_an_island_that_leaves_autocast_on_names_the_op_and_its_dtype():
+    decl = dataclasses.replace(SOUND, name="leaky", context=lambda d: contextlib.nullcontext())
+    with pytest.raises(ConformanceFailure, match=r"aten\.mm\.default computed in bfloat16"):
+        island.check_float32(_case(decl, "float32"))
+
+
+def test_an_island_that_casts_back_to_another_dtype_breaks_its_declared_return():
+    decl = dataclasses.replace(planted.PLANTED[3], name="back", build=lambda d: planted.back_to_float16)
+    with pytest.raises(ConformanceFailure, match=f"{failure.ISLAND_RETURNS}.*\n.*output float16; "
+                       "declared returns='input': bfloat16"):
+        island.check_float32(_case(decl, "float32"))
+
+
+def test_a_region_that_reads_cudas_flag_is_named():
+    decl = dataclasses.replace(planted.REFERENCE[0], name="reads", make=planted.nests_by_cuda_flag)
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == "devices")
+    with pytest.raises(ConformanceFailure, match="it reads cuda's state"):
+        check_devices(case)
+
+
+def test_a_region_that_enters_cudas_autocast_on_cpu_changes_cudas_state():
+    """The factory of a trainer that enters torch.autocast("cuda") whatever the device."""
+    def cuda_always(precision, device):
+        return torch.autocast("cuda", dtype=planted.PRECISIONS[precision])
+    decl = dataclasses.replace(planted.REFERENCE[0], name="cuda_always", make=cuda_always)
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == "devices")
+    with pytest.warns(UserWarning), pytest.raises(ConformanceFailure) as info:
+        check_devices(case)
+    assert f"broken promise: {failure.CHANGES_OTHER}" in str(info.value)
+    assert "it changed cuda's autocast state" in str(info.value)
+
+
+def test_on_a_fake_device_an_island_skips_grad_and_numerics_with_why():
+    reasons = {c.check: not_applicable(c, (torch.bfloat16,), True)
+               for c in cases([SOUND], "cuda", (torch.bfloat16,), fake=True)}
+    assert "autograd on fake cuda" in reasons["grad"]
+    assert "carry no values" in reasons["numerics"]
+    assert not any(reasons[c] for c in ("float32", "restored", "nesting", "devices"))
+
+
+def test_the_default_input_is_seeded_and_fake_inside_fake_tensor_mode():
+    assert torch.equal(tensor(4, 8, device="cpu"), tensor(4, 8, device="cpu"))
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode():
+        assert isinstance(tensor(4, 8, device="cpu"), FakeTensor)
+    assert float32_body(tensor(4, 8, device="cpu")).dtype == torch.float32
