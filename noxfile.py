@@ -161,7 +161,7 @@ def drift(session: nox.Session) -> None:
 #: what an integration.toml holds, per kind: required keys, then optional ones (a library's
 #: folder under examples/wrappers/, a backend's under examples/vendors/)
 INTEGRATION_KEYS = {
-    "wrappers": ({"requirements", "torch", "declaration"}, {"xfail"}),
+    "wrappers": ({"requirements", "torch", "declaration"}, {"xfail", "env"}),
     "vendors": ({"backend", "module", "device", "requirements", "env", "oplist"},
                 {"capabilities", "xfail", "defects"}),
 }
@@ -250,14 +250,14 @@ def wrappers(session: nox.Session, library: str) -> None:
         blocked.write_text(json.dumps({"library": library, "reason": reason}, indent=1) + "\n")
         session.error(f"{library}: blocked: {reason}")
 
+    spec = WRAPPER_LIBRARIES[library]
+    env = {**spec.get("env", {}), "PYTHONPATH": wrapper_pythonpath(library)}
     session.install(f"torch=={wrapper_torch(library)}")  # first, before any library
     session.install(".")
     try:
-        session.install(*wrapper_requirements(library))
+        session.install(*wrapper_requirements(library), env=spec.get("env", {}))
     except nox.command.CommandFailed:
         block(f"pip could not install {' '.join(wrapper_requirements(library))}")
-    env = {"PYTHONPATH": wrapper_pythonpath(library)}
-    spec = WRAPPER_LIBRARIES[library]
     meta = str(WRAPPER_REPORTS / f"{library}.meta.json")
     try:
         session.run("python", "-c", WRAPPER_META, spec["declaration"], meta, env=env)

@@ -39,7 +39,7 @@ MODULE = Float32Island("test.fp32_linear", devices=("cpu",),
 
 @pytest.mark.parametrize("field,value,named", [
     ("build", None, "build"), ("context", planted.disabled, "build"),  # exactly one of them
-    ("build", 3, "build"), ("returns", "region", "returns"), ("inputs", 3, "inputs"),
+    ("build", 3, "build"), ("returns", "output", "returns"), ("inputs", 3, "inputs"),
     ("reference", "float32", "reference")])
 def test_a_bad_island_field_is_one_error_naming_it(field, value, named):
     decl = dataclasses.replace(MODULE, **{field: value})

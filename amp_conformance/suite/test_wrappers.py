@@ -25,6 +25,7 @@ from amp_conformance.checks.wrappers import (
     region,
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.core.errors import NotApplicable
 
 pytestmark = pytest.mark.amp_check("wrappers")
 
@@ -64,5 +65,9 @@ def test_wrapper_forward(amp_wrapper_case: WrapperCase):
 
 
 def test_wrapper_island(amp_wrapper_case: WrapperCase):
-    """The float32 island keeps the promise the id's last part names."""
-    ISLAND[amp_wrapper_case.check](amp_wrapper_case)
+    """The float32 island keeps the promise the id's last part names (skipped with why
+    where it does not apply)."""
+    try:
+        ISLAND[amp_wrapper_case.check](amp_wrapper_case)
+    except NotApplicable as exc:
+        pytest.skip(str(exc))

@@ -162,8 +162,9 @@ class Float32Island:
     #: also sent in each amp dtype, as a region's activations arrive); integer ones pass as
     #: they are
     inputs: Callable[[str], tuple[torch.Tensor, ...]] = _one_input
-    #: the output's dtype: ``float32``, or ``input`` (cast back to its first floating input's)
-    returns: str = FLOAT32
+    #: the output's dtype: ``float32``, or ``input`` (cast back to its first floating input's);
+    #: a tuple gives one per floating output tensor, in order
+    returns: str | tuple[str, ...] = FLOAT32
     #: a hand-written float32 computation, ``reference(*inputs)`` on float32 inputs with
     #: autocast off (None: the island itself, called outside any region)
     reference: Callable[..., Any] | None = None
@@ -234,8 +235,10 @@ def validate(wrapper: Any) -> Wrapper:
         _require(wrapper.context is None or callable(wrapper.context), name, "context",
                  "expected context(device) -> a context manager")
         _require(callable(wrapper.inputs), name, "inputs", "expected inputs(device) -> tensors")
-        _require(wrapper.returns in RETURNS, name, "returns",
-                 f"expected one of {', '.join(RETURNS)}, got {wrapper.returns!r}")
+        returns = wrapper.returns if isinstance(wrapper.returns, tuple) else (wrapper.returns,)
+        _require(bool(returns) and all(r in RETURNS for r in returns), name, "returns",
+                 f"expected one of {', '.join(RETURNS)} or a tuple of them, got "
+                 f"{wrapper.returns!r}")
         _require(wrapper.reference is None or callable(wrapper.reference), name, "reference",
                  "expected a callable or None")
     else:

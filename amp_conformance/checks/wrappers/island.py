@@ -26,7 +26,7 @@ from amp_conformance.checks.wrappers.declare import INPUT, float32_body
 from amp_conformance.checks.wrappers.region import kept, other_dtype
 from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
-from amp_conformance.core.errors import describe_error
+from amp_conformance.core.errors import NotApplicable, describe_error
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 
@@ -59,11 +59,12 @@ class Trace(TorchDispatchMode):
             self.ops.append((str(func), dtypes))
         return out
 
-    def lower(self) -> str | None:
-        """The first op that computed in another dtype than float32, described."""
+    def lower(self, dtype: torch.dtype = torch.float32) -> str | None:
+        """The first op that computed in another dtype than ``dtype``, described."""
         for name, dtypes in self.ops:
-            if any(d != torch.float32 for d in dtypes):
-                return f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}"
+            if any(d != dtype for d in dtypes):
+                return (f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}, "
+                        f"not {devices.dtype_name(dtype)}")
         return None
 
 
@@ -73,8 +74,7 @@ def target(case: WrapperCase) -> Target:
 
 def sent(made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
     """The inputs as a region hands them on: floating tensors in ``dtype``."""
-    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                 for t in made)
+    return tuple(t.to(dtype) if _floating(t) else t for t in made)
 
 
 def _first_floating(values: tuple[Any, ...]) -> torch.dtype:
@@ -82,11 +82,13 @@ def _first_floating(values: tuple[Any, ...]) -> torch.dtype:
 
 
 def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...]) -> str | None:
-    want = _first_floating(xs) if case.wrapper.returns == INPUT else torch.float32
+    declared = case.wrapper.returns
     got = [t.dtype for t in tensors_in(out) if t.is_floating_point()]
-    if not got or any(d != want for d in got):
+    each = declared if isinstance(declared, tuple) else (declared,) * max(len(got), 1)
+    want = [_first_floating(xs) if r == INPUT else torch.float32 for r in each]
+    if got != want:
         return (f"output {', '.join(devices.dtype_name(d) for d in got) or 'not floating'}; "
-                f"declared returns={case.wrapper.returns!r}: {devices.dtype_name(want)}")
+                f"declared returns={declared!r}: {', '.join(devices.dtype_name(d) for d in want)}")
     return None
 
 
@@ -221,10 +223,13 @@ def _context_nesting(case: WrapperCase, t: Target, xs: tuple[Any, ...]) -> list[
     return problems
 
 
+def _floating(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
 def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], in_region: bool
            ) -> tuple[list[torch.Tensor | None], list[tuple[str, torch.Tensor | None]], Any]:
-    leaves = [t.detach().clone().requires_grad_() if t.is_floating_point() else t
-              for t in made]
+    leaves = [t.detach().clone().requires_grad_() if _floating(t) else t for t in made]
     params = list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
     for _, p in params:
         p.grad = None
@@ -234,16 +239,20 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], in_region: boo
     else:
         reference = case.wrapper.reference or island
         with torch.autocast(case.device, enabled=False):
-            out = reference(*(t.to(case.amp_dtype).float() if t.is_floating_point() else t
+            out = reference(*(t.to(case.amp_dtype).float() if _floating(t) else t
                               for t in leaves))
-    sum(o.float().sum() for o in tensors_in(out) if o.is_floating_point()).backward()
-    return ([t.grad for t in leaves if t.is_floating_point()],
-            [(n, p.grad) for n, p in params], out)
+    loss = [o.float().sum() for o in tensors_in(out) if o.is_floating_point() and o.requires_grad]
+    if not loss:
+        raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
+                            "floating input or a parameter: no gradient to check")
+    sum(loss).backward()
+    return ([t.grad for t in leaves if _floating(t)], [(n, p.grad) for n, p in params], out)
 
 
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
-    every parameter, each in its own dtype, equal to those of the float32 computation."""
+    every parameter, each in its own dtype, equal to those of the float32 computation;
+    not applicable where no output depends on either."""
     dev, problems = case.device, []
     with kept(dev), grad_and_dtype_restored():
         torch.set_grad_enabled(True)
