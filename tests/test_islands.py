@@ -1,14 +1,23 @@
-"""Float32 islands (checks/wrappers/island.py) and every wrapper on its own device's state
-alone (checks/wrappers/other_devices.py): declarations, the sound islands, each planted bug
-caught naming its promise (on cpu and on a fake cuda device), the state left as found."""
+"""Float32 islands (checks/wrappers/island.py), region runners (runner.py) and every wrapper
+on its own device's state alone (other_devices.py): declarations, the sound ones, each
+planted bug caught naming its promise (on cpu and on a fake cuda device), the state left
+as found."""
 
 import contextlib
 import dataclasses
+import warnings
 
 import pytest
 import torch
 
-from amp_conformance.checks.wrappers import DeclarationError, failure, island, planted, validate
+from amp_conformance.checks.wrappers import (
+    DeclarationError,
+    failure,
+    island,
+    planted,
+    runner,
+    validate,
+)
 from amp_conformance.checks.wrappers.cases import cases, not_applicable
 from amp_conformance.checks.wrappers.declare import Float32Island, float32_body, tensor
 from amp_conformance.checks.wrappers.other_devices import check_devices
@@ -127,3 +136,63 @@ def test_the_default_input_is_seeded_and_fake_inside_fake_tensor_mode():
     with FakeTensorMode():
         assert isinstance(tensor(4, 8, device="cpu"), FakeTensor)
     assert float32_body(tensor(4, 8, device="cpu")).dtype == torch.float32
+
+
+# -- region runners (checks/wrappers/runner.py) ------------------------------------------
+
+RUNNER = planted.REFERENCE[3]
+RUNNER_CHECKS = {"state": runner.check_state, "restored": runner.check_restored,
+                 "nesting": runner.check_nesting, "devices": check_devices}
+
+
+@pytest.mark.parametrize("check", list(RUNNER_CHECKS))
+def test_a_sound_runner_passes_every_check(check):
+    before = AutocastState.capture("cpu")
+    for case in cases([RUNNER], "cpu", (torch.bfloat16, torch.float16)):
+        if case.check == check:
+            RUNNER_CHECKS[check](case)
+    assert before.diff(AutocastState.capture("cpu")) == []
+
+
+def _swallows(body, precision, device):
+    with torch.autocast(device, dtype=planted.PRECISIONS[precision]):
+        try:
+            return body()
+        except Exception:  # noqa: BLE001 - the bug
+            return None
+
+
+@pytest.mark.parametrize("runs,check,promise,detail", [
+    (planted.run_in_cuda_region, "state", failure.RUNS_STATE,
+     "the body ran with enabled=False, dtype=bfloat16; expected enabled=True, dtype=bfloat16"),
+    (planted.run_in_cuda_region, "nesting", failure.RUNS_NESTED, "inside torch.autocast('cpu', "
+     "enabled=False): the body ran with enabled=False"),
+    (planted.run_in_cuda_region, "devices", failure.CHANGES_OTHER, "it changed cuda's autocast"),
+    (_swallows, "restored", failure.RESTORED, "the exception the body raised did not reach"),
+], ids=["state", "nesting", "devices", "restored"])
+def test_a_broken_runner_fails_naming_its_promise(runs, check, promise, detail):
+    decl = dataclasses.replace(RUNNER, name="broken", runs=runs)
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == check
+                and c.amp_dtype == torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.autocast("cuda") without CUDA warns
+        with pytest.raises(ConformanceFailure) as info:
+            RUNNER_CHECKS[check](case)
+    assert f"broken promise: {promise}" in str(info.value) and detail in str(info.value)
+
+
+def test_on_a_fake_cuda_device_a_region_factory_is_held_to_cudas_state_alone():
+    """torch.autocast("cuda") is made to enter as on a GPU (without one it disables itself);
+    a region that asks CPU's flag is named."""
+    sound = dataclasses.replace(planted.REFERENCE[0], devices=("cpu", "cuda"))
+    case = next(c for c in cases([sound], "cuda", (torch.bfloat16,), fake=True)
+                if c.check == "devices" and c.amp_dtype == torch.bfloat16)
+    check_devices(case)
+
+    def reads_cpu(precision, device):
+        if torch.is_autocast_enabled("cpu"):
+            return contextlib.nullcontext()
+        return planted.autocast_region(precision, device)
+    broken = dataclasses.replace(case, wrapper=dataclasses.replace(sound, make=reads_cpu))
+    with pytest.raises(ConformanceFailure, match="it reads cpu's state"):
+        check_devices(broken)

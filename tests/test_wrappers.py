@@ -27,7 +27,7 @@ CATALOGUE = mutants()
 SUITE = ("--pyargs", "amp_conformance.suite.test_wrappers")
 PLANTED = "amp_conformance.checks.wrappers.planted"
 ID = re.compile(r"(test_wrapper_\w+\[[^\]]+\])")
-REGION, FORWARD, ISLAND = planted.REFERENCE
+REGION, FORWARD, ISLAND, RUNNER = planted.REFERENCE
 
 
 def _ids(lines):
@@ -122,7 +122,7 @@ def test_the_hook_declares_wrappers_and_a_bad_result_names_it(pytester):
 
 def test_the_reference_wrappers_pass_every_check(pytester):
     result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE", "-v", "-rs")
-    result.assert_outcomes(passed=44, skipped=1)
+    result.assert_outcomes(passed=52, skipped=1)
     ids = _ids(result.outlines)
     for check in ("state", "restored", "nesting", "decorator", "cache", "policy", "nest",
                   "reuse", "threads", "cache_mix", "devices"):
@@ -134,6 +134,8 @@ def test_the_reference_wrappers_pass_every_check(pytester):
     for check in ("float32", "restored", "nesting", "grad", "numerics", "devices"):
         for dtype in ("bfloat16", "float16"):
             assert f"test_wrapper_island[cpu-{dtype}-torch.autocast-disabled-{check}]" in ids
+    for check in ("state", "restored", "nesting", "devices"):
+        assert f"test_wrapper_runner[cpu-float16-torch.autocast-runner-float16-{check}]" in ids
     result.stdout.fnmatch_lines(["*not applicable: torch.amp.custom_fwd declares no extra "
                                  "keyword*"])
 
@@ -197,7 +199,7 @@ def test_a_planted_wrapper_fails_its_suite_item(pytester):
 
 def test_the_mutants_plant_behind_the_sound_declaration_and_undo():
     names = [n for n in CATALOGUE if n.startswith("wrapper-")]
-    assert len(names) == 23
+    assert len(names) == 24
     case = _case(planted.PLANTED[0], "restored")
     region.check_restored(case)  # sound: the selftest's baseline
     undo = CATALOGUE["wrapper-leaks-dtype-after-exception"].apply()

@@ -67,19 +67,20 @@ def test_summarize_reads_reports_meta_and_blocked_libraries(tmp_path):
 
 def test_table_has_a_row_per_library_wrapper_and_check(tmp_path):
     lines = wt.table(wt.summarize(_reports(tmp_path)))
-    assert lines[0] == "| library | version | wrapper | check | result | reproduction |"
+    assert lines[0] == ("| library | version | wrapper | check | result | whose | "
+                        "reproduction |")
     body = lines[2:]
     # a departure declared as a strict expected failure is shown as one, never as passed
     assert body[0].startswith("| lib-a | 1.2 | `lib_a.ctx` | wrapper_nesting | **departs (strict "
-                              "expected failure)**: 1 of 2 | departs from its docs: fp16 off on "
-                              "cpu (`cpu-lib_a.ctx-fp16`)")
+                              "expected failure)**: 1 of 2 | library | departs from its docs: "
+                              "fp16 off on cpu (`cpu-lib_a.ctx-fp16`)")
     assert body[1].startswith("| lib-a | 1.2 | `lib_a.ctx` | wrapper_state | **failed**: 1 of 2 | "
-                              "AssertionError: autocast off inside (`cpu-lib_a.ctx-fp16`); "
+                              "unexplained | AssertionError: autocast off inside (`cpu-lib_a.ctx-fp16`); "
                               "`nox -s \"wrappers(lib_a)\" -- -k")
-    assert body[2] == ("| lib-a | 1.2 | `lib_a.ctx` | wrapper_unknown | skipped (1) | "
+    assert body[2] == ("| lib-a | 1.2 | `lib_a.ctx` | wrapper_unknown | skipped (1) | — | "
                        "not claimed \\| here |")
-    assert body[3] == "| lib-a | 1.2 | `lib_a.ctx.nested` | wrapper_state | passed (1) |  |"
-    assert body[4] == ("| lib-b | — | — | — | **blocked** | no torchaudio for this torch; "
+    assert body[3] == "| lib-a | 1.2 | `lib_a.ctx.nested` | wrapper_state | passed (1) | — |  |"
+    assert body[4] == ("| lib-b | — | — | — | **blocked** | — | no torchaudio for this torch; "
                        "`nox -s \"wrappers(lib_b)\"` |")
     assert len(body) == 5
 
@@ -90,7 +91,7 @@ def test_markdown_marks_a_summary_not_made_by_the_tier():
          "status": "completed"}], "rows": []}
     text = wt.markdown(summary)
     assert text.startswith("> **Observed directly, not by the wrapper tier** (observe.py)")
-    assert "| x | 1 | — | — | **no wrapper results** (completed) |" in text
+    assert "| x | 1 | — | — | **no wrapper results** (completed) | — |" in text
     assert "Observed directly" not in wt.markdown({**summary, "source": "tier"})
 
 

@@ -99,8 +99,8 @@ def pytest_amp_conformance_device_health(config: pytest.Config, device: str
 def pytest_amp_conformance_wrappers(config: pytest.Config) -> Any:
     """Autocast wrappers of a library to check (the wrapper tier, like ``--wrapper``).
 
-    Return a ``RegionFactory`` or ``ForwardDecorator`` of
-    :mod:`amp_conformance.checks.wrappers`, a list of them, or None. They are validated
+    Return a ``RegionFactory``, ``RegionRunner``, ``ForwardDecorator`` or ``Float32Island``
+    of :mod:`amp_conformance.checks.wrappers`, a list of them, or None. They are validated
     with the run's settings: a malformed declaration, or a name declared twice, is a usage
     error naming the hook implementation, the wrapper and the field. Items are made only
     for wrappers that claim the run's device. See docs/library-guide.md.

@@ -8,6 +8,8 @@ tier's seam, ``checks/wrappers/tier.py``): the default run has no item of it.
 - ``test_wrapper_region``: a RegionFactory, per precision name (state, restored, nesting,
   decorator, cache, policy, nest, reuse, threads, cache_mix, devices) and once per wrapper
   (float32, unknown).
+- ``test_wrapper_runner``: a RegionRunner, per precision name (state, restored, nesting,
+  devices).
 - ``test_wrapper_forward``: a ForwardDecorator (casts or uncast, inside, kwargs, backward,
   outside, eligible, after, grad, devices).
 - ``test_wrapper_island``: a Float32Island, per amp dtype (float32, restored, nesting, grad,
@@ -23,6 +25,7 @@ from amp_conformance.checks.wrappers import (
     nesting,
     other_devices,
     region,
+    runner,
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.core.errors import NotApplicable
@@ -41,6 +44,8 @@ FORWARD = {"casts": forward.check_casts, "uncast": forward.check_uncast,
            "backward": forward.check_backward, "outside": forward_contract.check_outside,
            "eligible": forward_contract.check_eligible, "after": forward_contract.check_after,
            "grad": forward_contract.check_grad, "devices": other_devices.check_devices}
+RUNNER = {"state": runner.check_state, "restored": runner.check_restored,
+          "nesting": runner.check_nesting, "devices": other_devices.check_devices}
 ISLAND = {"float32": island.check_float32, "restored": island.check_restored,
           "nesting": island.check_nesting, "grad": island.check_grad,
           "numerics": island.check_numerics, "devices": other_devices.check_devices}
@@ -57,6 +62,11 @@ def test_wrapper_region(amp_wrapper_case: WrapperCase, amp_settings, record_prop
         record_property("amp_wrapper_entries", checked)
         return
     REGION[amp_wrapper_case.check](amp_wrapper_case)
+
+
+def test_wrapper_runner(amp_wrapper_case: WrapperCase):
+    """The region runner keeps the promise the id's last part names."""
+    RUNNER[amp_wrapper_case.check](amp_wrapper_case)
 
 
 def test_wrapper_forward(amp_wrapper_case: WrapperCase):

@@ -34,7 +34,19 @@ from amp_conformance.tools.observed_table import Table
 BEGIN = "<!-- wrappers-table:begin -->"
 END = "<!-- wrappers-table:end -->"
 FAILING = ("failed", "error", "xpassed", "unfinished")
-COLUMNS = ("library", "version", "wrapper", "check", "result", "reproduction")
+COLUMNS = ("library", "version", "wrapper", "check", "result", "whose", "reproduction")
+#: an expected failure whose reason starts so is PyTorch's departure met through a library;
+#: every other one is the library's own
+PYTORCH = "PyTorch"
+
+
+def whose(row: dict) -> str:
+    """Whose departure a failing row is: the library's or PyTorch's (declared as an expected
+    failure), or nobody's yet (a failure no declaration explains)."""
+    if row["result"] != "xfailed":
+        return "unexplained"
+    return "PyTorch" if (row.get("message") or "").startswith(PYTORCH) else "library"
+
 
 
 def session_command(library: str, select: str | None = None) -> str:
@@ -120,31 +132,33 @@ def table(summary: dict) -> list[str]:
     for lib in sorted(summary.get("libraries") or [], key=lambda x: x["session"]):
         version = lib.get("version") or "—"
         if lib.get("status") == "blocked":
-            lines.append(f"| {lib['library']} | {version} | — | — | **blocked** | "
+            lines.append(f"| {lib['library']} | {version} | — | — | **blocked** | — | "
                          f"{_cell(lib.get('reason', ''))}; `{session_command(lib['session'])}` |")
             continue
         mine = [k for k in groups if k[0] == lib["session"]]
         if not mine:
             lines.append(f"| {lib['library']} | {version} | — | — | **no wrapper results** "
-                         f"({lib.get('status')}) | `{session_command(lib['session'])}` |")
+                         f"({lib.get('status')}) | — | `{session_command(lib['session'])}` |")
         wrappers = list(dict.fromkeys(k[1] for k in mine))
         for key in sorted(mine, key=lambda k: (wrappers.index(k[1]), k[2])):
             items = groups[key]
             bad = [r for r in items if r["result"] in FAILING]
             departs = [r for r in items if r["result"] == "xfailed"]
             ran = [r for r in items if r["result"] == "passed"]
+            owner = "—"
             if bad or departs:  # a departure declared as an expected failure is still one
                 first = (bad or departs)[0]
                 what = first["result"] if bad else "departs (strict expected failure)"
                 result = f"**{what}**: {len(bad or departs)} of {len(items)}"
                 repro = f"{_cell(first.get('message') or '')} (`{first['item']}`); `{first['command']}`"
+                owner = whose(first)
             elif ran:
                 result, repro = f"passed ({len(ran)})", ""
             else:
                 result = f"skipped ({len(items)})"
                 repro = _cell(items[0].get("message") or "")
             lines.append(f"| {lib['library']} | {version} | `{key[1]}` | {key[2]} | {result} | "
-                         f"{repro} |")
+                         f"{owner} | {repro} |")
     return lines
 
 

@@ -33,11 +33,14 @@ HERE = Path(__file__).resolve().parent
 # declaration module is named here as its nox session names it
 sys.path[:0] = [str(HERE), *(str(p.parent) for p in sorted(HERE.glob("*/integration.toml")))]
 
+from amp_conformance.checks.wrappers import island  # noqa: E402
 from amp_conformance.checks.wrappers.declare import (  # noqa: E402
     ERROR,
     FALLBACK,
+    Float32Island,
     ForwardDecorator,
     RegionFactory,
+    RegionRunner,
     validate,
 )
 
@@ -227,12 +230,43 @@ def forward_rows(w: ForwardDecorator, device: str, amp_dtype: torch.dtype) -> li
     return rows
 
 
+def island_rows(w: Float32Island, device: str, amp_dtype: torch.dtype) -> list[dict]:
+    """Inside torch.autocast(amp_dtype), inputs in amp_dtype: what the ops computed in."""
+    rows, row = _recorder(w.name)
+    if device not in w.devices:
+        row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
+        return rows
+    xs = island.sent(w.inputs(device), amp_dtype)
+    with torch.autocast(device, dtype=amp_dtype):
+        trace, _ = island.run_traced(w.island(device), xs)
+    lower = trace.lower()
+    row("float32", lower is None, lower or f"every op of {len(trace.ops)} computed in float32")
+    return rows
+
+
+def runner_rows(w: RegionRunner, device: str) -> list[dict]:
+    """The state the body saw, per precision."""
+    rows, row = _recorder(w.name)
+    if device not in w.devices:
+        row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
+        return rows
+    for name, dtype in w.precisions.items():
+        seen: list = []
+        w.runs(lambda seen=seen: seen.append(_state(device)), name, device)
+        row(f"state[{name}]", bool(seen) and seen[-1] == (True, dtype),
+            f"the body saw {seen[-1] if seen else 'nothing (never called)'}")
+    return rows
+
+
 def observe(module_name: str, device: str, amp_dtype: torch.dtype) -> list[dict]:
     module = importlib.import_module(module_name)
     rows = []
     for wrapper in module.WRAPPERS:
         validate(wrapper)
         found = (region_rows(wrapper, device) if isinstance(wrapper, RegionFactory)
+                 else island_rows(wrapper, device, amp_dtype)
+                 if isinstance(wrapper, Float32Island)
+                 else runner_rows(wrapper, device) if isinstance(wrapper, RegionRunner)
                  else forward_rows(wrapper, device, amp_dtype))
         for r in found:
             r.update(library=wrapper.library, version=wrapper.version, device=device)

@@ -17,6 +17,7 @@ from amp_conformance.checks.wrappers.declare import (
     Float32Island,
     ForwardDecorator,
     RegionFactory,
+    RegionRunner,
     Wrapper,
 )
 from amp_conformance.core import devices
@@ -32,11 +33,14 @@ REGION_ONCE = ("float32", "unknown")
 #: a forward decorator's checks (``casts`` is ``uncast`` on a claimed device it does not cast on)
 FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward", "outside", "eligible", "after",
                   "grad", DEVICES)
+#: a region runner's checks, once per precision name
+RUNNER_CHECKS = ("state", "restored", "nesting", DEVICES)
 #: a float32 island's checks, once per amp dtype of the run
 ISLAND_CHECKS = ("float32", "restored", "nesting", "grad", "numerics", DEVICES)
 #: the checks that run on a fake device (they need no values and no autograd)
 FAKE_CHECKS = {("island", "float32"), ("island", "restored"), ("island", "nesting"),
-               ("region", DEVICES), ("forward", DEVICES), ("island", DEVICES)}
+               ("region", DEVICES), ("runner", DEVICES), ("forward", DEVICES),
+               ("island", DEVICES)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class WrapperCase:
     @property
     def kind(self) -> str:
         return ("region" if isinstance(self.wrapper, RegionFactory) else
+                "runner" if isinstance(self.wrapper, RegionRunner) else
                 "island" if isinstance(self.wrapper, Float32Island) else "forward")
 
     @property
@@ -87,6 +92,9 @@ def cases(wrappers: Sequence[Wrapper], device: str,
                           for c in REGION_CHECKS]
             first = next(iter(w.precisions.values()))
             found += [WrapperCase(w, device, c, first, fake=fake) for c in REGION_ONCE]
+        elif isinstance(w, RegionRunner):
+            found += [WrapperCase(w, device, c, dtype, precision, fake)
+                      for precision, dtype in w.precisions.items() for c in RUNNER_CHECKS]
         elif isinstance(w, Float32Island):
             found += [WrapperCase(w, device, c, dtype, fake=fake)
                       for dtype in run_dtypes or (torch.bfloat16,) for c in ISLAND_CHECKS]
@@ -114,13 +122,13 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
     w = case.wrapper
     if isinstance(w, Float32Island):
         return None
+    if isinstance(w, RegionRunner):
+        return _precision_not_run(case, run_dtypes)
     if isinstance(w, ForwardDecorator):
         return _forward_not_applicable(w, case)
     noop = w.noop_devices.get(case.device)
-    if case.precision is not None and case.amp_dtype not in run_dtypes:
-        return (f"not applicable: precision {case.precision!r} sets "
-                f"{devices.dtype_name(case.amp_dtype)}, which this run does not check "
-                f"(--amp-dtype or the device's declared dtypes)")
+    if _precision_not_run(case, run_dtypes):
+        return _precision_not_run(case, run_dtypes)
     if case.check == "decorator" and not w.decorator:
         return f"not applicable: {w.name} declares decorator=False"
     if case.check in ("cache", "cache_mix"):
@@ -132,6 +140,14 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
         return f"not applicable: {w.name} declares itself a no-op on {case.device} ({noop})"
     if case.check == "float32" and not w.float32_names:
         return f"not applicable: {w.name} declares no float32 name (float32_names is empty)"
+    return None
+
+
+def _precision_not_run(case: WrapperCase, run_dtypes: Sequence[torch.dtype]) -> str | None:
+    if case.precision is not None and case.amp_dtype not in run_dtypes:
+        return (f"not applicable: precision {case.precision!r} sets "
+                f"{devices.dtype_name(case.amp_dtype)}, which this run does not check "
+                f"(--amp-dtype or the device's declared dtypes)")
     return None
 
 

@@ -7,6 +7,9 @@ context managers). A declaration says what the wrapper claims; the wrapper check
 
 - :class:`RegionFactory`: something that makes an autocast region from a precision name
   and a device type (open_clip's ``get_autocast(precision, device_type=...)()``).
+- :class:`RegionRunner`: something that runs the user's code inside a region it enters
+  itself, where no region object is handed out (a trainer's or evaluator's step calling
+  the model: pytorch-ignite's ``amp_mode``).
 - :class:`ForwardDecorator`: a decorator for a forward function, in the manner of
   ``torch.amp.custom_fwd(cast_inputs=...)`` (speechbrain's ``fwd_default_precision``).
 - :class:`Float32Island`: a function, module or context manager that leaves autocast for a
@@ -144,7 +147,10 @@ def float32_body(*inputs: torch.Tensor) -> torch.Tensor:
     """The computation a context-manager island runs (the caller's part of the contract:
     its inputs cast to float32): ops autocast would run in lower precision and in float32."""
     x = inputs[0].float()
-    return torch.softmax(x @ x.mT, dim=-1).sum(-1) + torch.nn.functional.layer_norm(x, x.shape[-1:]).mean(-1)
+    y = x @ x.mT  # its value, not only its softmax, reaches the output: a lower-precision
+    # product shows in the numerics check
+    return (y.sum(-1) + torch.softmax(y, dim=-1).amax(-1)
+            + torch.nn.functional.layer_norm(x, x.shape[-1:]).mean(-1))
 
 
 @dataclass(frozen=True)
@@ -183,8 +189,24 @@ class Float32Island:
         return run
 
 
-Wrapper = RegionFactory | ForwardDecorator | Float32Island
-KINDS = (RegionFactory, ForwardDecorator, Float32Island)
+@dataclass(frozen=True)
+class RegionRunner:
+    """A wrapper that runs the user's code inside an autocast region of its own:
+    ``runs(body, precision, device)`` has the library call ``body()`` where it calls the
+    model (e.g. one step of a trainer whose model's forward is ``body``), letting what
+    ``body`` raises reach the caller."""
+
+    name: str
+    runs: Callable[[Callable[[], Any], str, str], Any]
+    devices: tuple[str, ...]
+    #: precision name -> the autocast dtype ``body`` must see on the device
+    precisions: Mapping[str, torch.dtype]
+    library: str = ""
+    version: str = ""
+
+
+Wrapper = RegionFactory | RegionRunner | ForwardDecorator | Float32Island
+KINDS = (RegionFactory, RegionRunner, ForwardDecorator, Float32Island)
 
 
 def _require(ok: bool, wrapper: str, name: str, problem: str) -> None:
@@ -196,11 +218,19 @@ def _devices(value: Any) -> bool:
     return isinstance(value, tuple) and bool(value) and all(isinstance(d, str) for d in value)
 
 
+def _precisions(wrapper: RegionFactory | RegionRunner) -> None:
+    _require(isinstance(wrapper.precisions, Mapping) and bool(wrapper.precisions) and all(
+        isinstance(k, str) and v in (torch.float16, torch.bfloat16)
+        for k, v in wrapper.precisions.items()), wrapper.name, "precisions",
+        "expected {name: torch.float16 or torch.bfloat16}, at least one")
+
+
 def validate(wrapper: Any) -> Wrapper:
     """``wrapper`` if it is a well-formed declaration; else DeclarationError naming the field."""
     if not isinstance(wrapper, KINDS):
         raise DeclarationError(repr(wrapper)[:60], "type", "expected a RegionFactory, a "
-                               f"ForwardDecorator or a Float32Island, got {type(wrapper).__name__}")
+                               "RegionRunner, a ForwardDecorator or a Float32Island, got "
+                               f"{type(wrapper).__name__}")
     name = wrapper.name
     _require(isinstance(name, str) and bool(name.strip()) and "[" not in name and " " not in name,
              str(name), "name", "expected a non-empty name without spaces or brackets")
@@ -208,10 +238,7 @@ def validate(wrapper: Any) -> Wrapper:
              "device types")
     if isinstance(wrapper, RegionFactory):
         _require(callable(wrapper.make), name, "make", "expected a callable")
-        _require(isinstance(wrapper.precisions, Mapping) and bool(wrapper.precisions) and all(
-            isinstance(k, str) and v in (torch.float16, torch.bfloat16)
-            for k, v in wrapper.precisions.items()), name, "precisions",
-            "expected {name: torch.float16 or torch.bfloat16}, at least one")
+        _precisions(wrapper)
         _require(wrapper.float32 in (NOOP, ERROR), name, "float32", f"expected {NOOP!r} or "
                  f"{ERROR!r}, got {wrapper.float32!r}")
         _require(wrapper.unknown in BEHAVIOURS, name, "unknown",
@@ -226,6 +253,9 @@ def validate(wrapper: Any) -> Wrapper:
             "expected a tuple of names of precisions")
         _require(isinstance(wrapper.single_use, str), name, "single_use",
                  "expected why the region object is single-use, or an empty string")
+    elif isinstance(wrapper, RegionRunner):
+        _require(callable(wrapper.runs), name, "runs", "expected runs(body, precision, device)")
+        _precisions(wrapper)
     elif isinstance(wrapper, Float32Island):
         _require((wrapper.build is None) != (wrapper.context is None), name, "build",
                  "declare exactly one of build (a function or module) and context (a context "

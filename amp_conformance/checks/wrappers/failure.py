@@ -20,6 +20,9 @@ UNKNOWN = "an unknown precision name behaves as declared"
 RESTORED = "restores the autocast state on exit"
 RESTORED_EXCEPTION = "restores the autocast state after an exception"
 NESTING = "restores the outer region's state on exit when nested"
+RUNS_STATE = "runs the user's code in the declared autocast state"
+RUNS_NESTED = ("runs the user's code in the declared autocast state inside any region, and "
+               "gives the region back after")
 DECORATOR = "works as a function decorator"
 CACHE = "clears the cast cache at its outermost exit"
 POLICY = "applies autocast's op policy inside its region"
@@ -50,7 +53,8 @@ READS_OTHER = "reads its own device's autocast state, not another device's"
 CHANGES_OTHER = "leaves every other device's autocast state alone"
 
 #: the declaration class each kind of case names in a reproduction
-_CLASSES = {"region": "RegionFactory", "forward": "ForwardDecorator", "island": "Float32Island"}
+_CLASSES = {"region": "RegionFactory", "runner": "RegionRunner", "forward": "ForwardDecorator",
+            "island": "Float32Island"}
 
 
 def where(case: WrapperCase) -> str:

@@ -17,6 +17,7 @@ from amp_conformance.checks.wrappers import planted
 OPTIONS = ("--wrapper", "amp_conformance.checks.wrappers.planted:PLANTED")
 REGION, FORWARD = "wrapper planted.region", "wrapper planted.forward"
 ISLAND, ISLAND_FUNCTION = "wrapper planted.island ", "wrapper planted.island_function "
+RUNNER = "wrapper planted.runner "
 
 register(Mutant(
     name="wrapper-leaks-dtype-after-exception",
@@ -140,5 +141,14 @@ register(Mutant(
     apply=lambda: planted.plant(island_function=planted.back_to_float16),
     expect=(ISLAND_FUNCTION, F.ISLAND_RETURNS, "declared returns='input'"),
     select="test_wrapper_island and float32",
+    options=OPTIONS,
+))
+register(Mutant(
+    name="wrapper-runner-enters-cuda-region",
+    description="a region runner (a trainer's step) that enters CUDA's autocast whatever "
+                "its tensors' device: on cpu the model runs with autocast off",
+    apply=lambda: planted.plant(runs=planted.run_in_cuda_region),
+    expect=(RUNNER, F.RUNS_STATE, "enabled=False"),
+    select="test_wrapper_runner and state",
     options=OPTIONS,
 ))

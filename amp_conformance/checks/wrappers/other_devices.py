@@ -71,6 +71,17 @@ def _region(case: WrapperCase, seen: _Seen) -> None:
     seen.look("after an exception inside the region")
 
 
+def _runner(case: WrapperCase, seen: _Seen) -> None:
+    case.wrapper.runs(lambda: seen.look("inside the body"), case.precision, case.device)
+    seen.look("after the runner")
+
+    def fail() -> None:
+        raise _Raised
+    with contextlib.suppress(_Raised):
+        case.wrapper.runs(fail, case.precision, case.device)
+    seen.look("after the body raised")
+
+
 def _forward(case: WrapperCase, seen: _Seen) -> None:
     dev, t = case.device, I.target(case)
 
@@ -123,7 +134,7 @@ class _Looking(TorchFunctionMode):
 
 
 RUNS: dict[str, Callable[[WrapperCase, _Seen], None]] = {
-    "region": _region, "forward": _forward, "island": _island}
+    "region": _region, "runner": _runner, "forward": _forward, "island": _island}
 
 
 @contextlib.contextmanager
@@ -214,9 +225,10 @@ def _fail_reads(case: WrapperCase, base: _Seen, setting: State, names: tuple[str
 
 def _lines(case: WrapperCase, other: str, setting: State | None = None) -> list[str]:
     enabled, dtype = setting or (True, other_dtype(case.amp_dtype))
-    run = {"region": [f"with decl.make({case.precision!r}, {case.device!r}):",
-                      f"    print(torch.is_autocast_enabled({case.device!r}), "
-                      f"torch.is_autocast_enabled({other!r}))"],
+    state = (f"print(torch.is_autocast_enabled({case.device!r}), "
+             f"torch.is_autocast_enabled({other!r}))")
+    run = {"region": [f"with decl.make({case.precision!r}, {case.device!r}):", f"    {state}"],
+           "runner": [f"decl.runs(lambda: {state}, {case.precision!r}, {case.device!r})"],
            "forward": ["print(decl.decorate(lambda x: x.dtype)(torch.ones(2, device="
                        f"{case.device!r})))"],
            "island": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",

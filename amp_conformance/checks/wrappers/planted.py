@@ -27,6 +27,7 @@ from amp_conformance.checks.wrappers.declare import (
     Float32Island,
     ForwardDecorator,
     RegionFactory,
+    RegionRunner,
     float32_body,
 )
 from amp_conformance.core.casting import is_eligible, map_tensors
@@ -297,6 +298,23 @@ def island_function(*inputs: torch.Tensor) -> torch.Tensor:
         return float32_body(*inputs).to(inputs[0].dtype)
 
 
+def run_in_region(body: Callable[[], Any], precision: str, device: str) -> Any:
+    """torch.autocast as a runner: one model step whose forward is ``body``."""
+    with autocast_region(precision, device):
+        return body()
+
+
+def run_in_cuda_region(body: Callable[[], Any], precision: str, device: str) -> Any:
+    """A runner that enters CUDA's autocast whatever the device (its step's tensors)."""
+    with torch.autocast("cuda", dtype=PRECISIONS[precision]):
+        return body()
+
+
+def runner_decl(name: str, runs: Callable) -> RegionRunner:
+    return RegionRunner(name=name, runs=runs, devices=(DEVICE,), precisions=PRECISIONS,
+                        library="torch", version=torch.__version__)
+
+
 def island_decl(name: str, **how: Any) -> Float32Island:
     return Float32Island(name=name, devices=ISLAND_DEVICES, library="torch",
                          version=torch.__version__, **how)
@@ -307,11 +325,12 @@ ISLAND_DEVICES = (DEVICE, "cuda")
 
 REFERENCE = [region_decl("torch.autocast", autocast_region),
              forward_decl("torch.amp.custom_fwd", custom_fwd, custom_bwd),
-             island_decl("torch.autocast-disabled", context=disabled)]
+             island_decl("torch.autocast-disabled", context=disabled),
+             runner_decl("torch.autocast-runner", run_in_region)]
 
 #: the implementations PLANTED delegates to; a mutant plants a broken one
 SOUND = {"make": autocast_region, "decorate": custom_fwd, "decorate_backward": custom_bwd,
-         "island": disabled, "island_function": island_function}
+         "island": disabled, "island_function": island_function, "runs": run_in_region}
 _PLANTED: dict[str, Callable] = dict(SOUND)
 
 
@@ -329,6 +348,7 @@ PLANTED = [
     island_decl("planted.island_function", returns="input",
                 build=lambda d: lambda *x: _PLANTED["island_function"](*x),
                 reference=float32_body),
+    runner_decl("planted.runner", lambda body, p, d: _PLANTED["runs"](body, p, d)),
 ]
 
 LEAKS_DTYPE = region_decl("planted.leaks_dtype", leaky_region)

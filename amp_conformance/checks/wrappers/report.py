@@ -14,7 +14,8 @@ _FAILED = ("failed", "error")
 
 
 #: the declared shapes, as the section names them
-SHAPES = {"region": "region factory", "forward": "forward decorator", "island": "float32 island"}
+SHAPES = {"region": "region factory", "runner": "region runner", "forward": "forward decorator",
+          "island": "float32 island"}
 
 
 def rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ HOOK = "pytest_amp_conformance_wrappers"
 FIXTURE = "amp_wrapper_case"
 #: the suite function of each declaration kind
 FUNCTIONS = {"test_wrapper_region": declare.RegionFactory,
+             "test_wrapper_runner": declare.RegionRunner,
              "test_wrapper_forward": declare.ForwardDecorator,
              "test_wrapper_island": declare.Float32Island}
 _KINDS = declare.KINDS
@@ -32,9 +33,9 @@ class WrapperTier(Tier):
     options = {"--wrapper": dict(
         dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
         help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory, "
-             "ForwardDecorator or Float32Island (amp_conformance.checks.wrappers), a list of "
-             "them, or a callable returning either; repeatable; opt-in (no wrapper item "
-             "without it)")}
+             "RegionRunner, ForwardDecorator or Float32Island (amp_conformance.checks."
+             "wrappers), a list of them, or a callable returning either; repeatable; opt-in "
+             "(no wrapper item without it)")}
 
     def resolve(self, config: Any, run: Run) -> Mapping[str, Any]:
         found = [(where, d) for where, result in run.hooks(HOOK)
@@ -72,8 +73,9 @@ class WrapperTier(Tier):
 def params(metafunc: Any, settings: Any) -> list[Any]:
     """The declared wrappers' items of one suite function (its kind), the ones that do not
     apply marked skip with why."""
-    kind = {"test_wrapper_region": "region", "test_wrapper_forward": "forward",
-            "test_wrapper_island": "island"}[metafunc.definition.originalname]
+    kind = {"test_wrapper_region": "region", "test_wrapper_runner": "runner",
+            "test_wrapper_forward": "forward", "test_wrapper_island": "island"}[
+        metafunc.definition.originalname]
     cache = settings.declarations.capabilities.cast_cache
     found = []
     for case in cases(settings.wrappers, settings.device, settings.amp_dtypes, settings.fake):
@@ -115,7 +117,8 @@ def _declarations(where: str, result: Any) -> list[Any]:
         return list(result)
     raise pytest.UsageError(f"amp-conformance: {where}: gave {type(result).__name__} "
                             f"{reprlib.repr(result)}; expected a RegionFactory, a "
-                            "ForwardDecorator, a Float32Island or a list of them")
+                            "RegionRunner, a ForwardDecorator, a Float32Island or a list of "
+                            "them")
 
 
 TIER = WrapperTier()
