@@ -43,3 +43,22 @@ def headline(message: str | None) -> str:
     if lines[0].endswith(":") and len(lines) > 1:
         return f"{lines[0]} {lines[1]}"
     return lines[0]
+
+
+#: how the dispatcher says a backend has no kernel for an op (NotImplementedError)
+_NO_KERNEL = re.compile(r"Could not run '(?P<op>[\w.:]+)' with arguments from the "
+                        r"'(?P<backend>\w+)' backend")
+
+
+def missing_kernel(error: BaseException | str | None) -> str | None:
+    """The op (``aten::mm``) the dispatcher found no kernel for on a backend, where the
+    error, or one it was raised from or described in its message, says so; else None."""
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        found = _NO_KERNEL.search(str(error))
+        if found:
+            return found.group("op")
+        error = error.__cause__ or error.__context__
+    found = _NO_KERNEL.search(error) if isinstance(error, str) else None
+    return found.group("op") if found else None

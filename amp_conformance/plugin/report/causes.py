@@ -3,7 +3,8 @@ reads one row, not 255.
 
 An item's *cause* is the exception type and the telling line of its message
 (:func:`amp_conformance.core.errors.headline`) with what names the item masked:
-its op and entry, the autocast dtypes in every spelling (a message names float16 and
+its op and entry (but for "``<device>`` has no kernel for ``aten::X``", one cause per op),
+the autocast dtypes in every spelling (a message names float16 and
 bfloat16 in PyTorch's words, ``Half`` and ``'BFloat16'``, as often as in ours), ``aten::``
 op names, file paths (only what is a path: ``custom_fwd/custom_bwd`` and ``127/127`` are
 words and numbers) and every number (ids, sizes, addresses, HLO instruction numbers).
@@ -33,6 +34,8 @@ _PATH = re.compile(r"(?<![\w./-])(?:[A-Za-z]:)?/[\w.@+-]+(?:/[\w.@+-]+)*/?"
                    r"cpp|cc|cu|h|hpp|so|yaml|yml|log|ini|cfg)\b")
 _NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
 _SPACE = re.compile(r"\s+")
+#: a kernel the device lacks is one cause per op (plugin/missing_kernels.py): kept whole
+_NO_KERNEL = re.compile(r"^.*?\S+ has no kernel for [\w.:]+")
 
 
 def _names(result: dict[str, Any]) -> list[str]:
@@ -49,6 +52,9 @@ def _names(result: dict[str, Any]) -> list[str]:
 def cause(result: dict[str, Any], limit: int = 240) -> str:
     """The item's cause: its message's telling line with what names the item masked."""
     text = headline(result.get("message")) or f"({result.get('outcome', 'no message')})"
+    kernel = _NO_KERNEL.match(text)
+    if kernel:
+        return kernel.group(0)
     text = _ENTRY.sub("", text)
     for name in _names(result):
         text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<op>", text)

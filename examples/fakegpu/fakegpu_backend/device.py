@@ -282,8 +282,23 @@ def _bind(fn, op):
     return kernel
 
 
-def register() -> None:
-    """Make ``fakegpu`` a device of this process (idempotent)."""
+def _lacking(names: frozenset[str]):
+    """The fallback of a backend that has no kernel for the ops ``names`` (base names):
+    for them it raises what the dispatcher raises where a backend registers none."""
+    def kernel(op, *args, **kwargs):
+        name = op._schema.name
+        if name.split("::")[-1] in names:
+            raise NotImplementedError(
+                f"Could not run '{name}' with arguments from the 'PrivateUse1' backend. This "
+                "could be because the operator doesn't exist for this backend, or was omitted "
+                "during the selective/custom build process (if using custom build).")
+        return run_on_host(op, *args, **kwargs)
+    return kernel
+
+
+def register(lacking: tuple[str, ...] = ()) -> None:
+    """Make ``fakegpu`` a device of this process (idempotent); ``lacking``: ops it has no
+    kernel for (a partial backend, for the suite's own tests)."""
     current = torch._C._get_privateuse1_backend_name()
     if current == NAME and hasattr(torch, NAME):
         return
@@ -293,7 +308,7 @@ def register() -> None:
 
     _setup_privateuseone_for_python_backend(NAME, backend_module=FakeGpuModule())
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(run_on_host, "PrivateUse1")
+    fallback.fallback(_lacking(frozenset(lacking)) if lacking else run_on_host, "PrivateUse1")
     direct = torch.library.Library("aten", "IMPL")
     for name, fn in _DIRECT.items():
         direct.impl(name, _bind(fn, _op(name)), "PrivateUse1")

@@ -1,0 +1,82 @@
+"""A kernel the device lacks is a named cause, not the backend's raw exception.
+
+When an item fails because the dispatcher found no kernel for an op on the device
+("Could not run 'aten::X' with arguments from the 'PrivateUse1' backend", raised or quoted
+in a check's message), the item says "``<device>`` has no kernel for ``aten::X``": a
+failure where the op is in the device's policy (an op of its op lists, or the item's own
+op), a not-applicable skip where the check only needs it as a tool (GradScaler's kernels
+for a training check, ``aten::isfinite`` for a comparison). Either way the causes table
+groups the items one row per op (:mod:`amp_conformance.plugin.report.causes`). An item the
+vendor declared an expected failure keeps its verdict, and so does one of a check that
+needs a capability (sparse gradients): the kernels it lacks are what the capability
+declares, and ``run --draft-declarations`` drafts it from the failure.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from amp_conformance.checks import registry
+from amp_conformance.checks.case import load_oplist
+from amp_conformance.core.errors import missing_kernel
+from amp_conformance.plugin.items import check_of, is_conformance
+from amp_conformance.plugin.session_settings import settings
+
+#: the phrase the causes table keeps whole (one row per op)
+PHRASE = "has no kernel for"
+
+
+def base_name(op: str) -> str:
+    """``aten::mm.out`` -> ``mm``; ``torch.nn.functional.conv2d`` -> ``conv2d``."""
+    return op.split("::")[-1].split(".")[0] if "::" in op else op.rsplit(".", 1)[-1]
+
+
+@functools.cache
+def _policy(device: str, extra: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(base_name(e.op) for e in load_oplist(device, extra).entries)
+
+
+def in_policy(op: str, item: pytest.Item, device: str) -> bool:
+    """Whether ``op`` is the item's own op or one the device's op lists give a policy."""
+    own = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
+    name = base_name(op)
+    if own is not None and base_name(own.entry.op) == name:
+        return True
+    try:
+        return name in _policy(device, tuple(settings(item.config).oplists or ()))
+    except Exception:  # noqa: BLE001 - no op lists to read: the item's own op alone
+        return False
+
+
+def _capability(item: pytest.Item) -> bool:
+    check = registry.REGISTRY.get(check_of(item) or "")
+    return bool(check is not None and check.capability)
+
+
+def message(device: str, op: str, tool: bool) -> str:
+    if tool:
+        return (f"not applicable: {device} {PHRASE} {op}, which this check needs as a tool "
+                "(not an op of its policy)")
+    return f"{device} {PHRASE} {op}, an op of its autocast policy"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    report = yield
+    if (call.excinfo is None or not report.failed or hasattr(report, "wasxfail")
+            or not is_conformance(item) or _capability(item)):
+        return report
+    op = missing_kernel(call.excinfo.value)
+    if op is None:
+        return report
+    device = settings(item.config).device
+    if in_policy(op, item, device):
+        report.longrepr = f"{message(device, op, tool=False)}\n{report.longrepr}"
+    else:
+        _path, line, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (line or 0) + 1, message(device, op, tool=True))
+    return report
