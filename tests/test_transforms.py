@@ -77,3 +77,18 @@ def test_fake_run_skips_transforms_with_the_reason(pytester):
                                 "--device", "cuda", "--fake", "-k", "test_transform")
     outcomes = result.parseoutcomes()
     assert outcomes.get("skipped", 0) > 0 and not {"passed", "failed"} & set(outcomes)
+
+
+def test_functional_call_gradients_are_compared_where_they_are_not_zero(monkeypatch):
+    """A grad transform that returns zero gradients fails: the loss is a weighted sum (the
+    plain sum of a softmax has a zero gradient, which any transform would match)."""
+    real = torch.func.grad
+
+    def zeros(fn, **kwargs):
+        def run(params):
+            grads, aux = real(fn, **kwargs)(params)
+            return {k: torch.zeros_like(g) for k, g in grads.items()}, aux
+        return run
+    monkeypatch.setattr(torch.func, "grad", zeros)
+    with pytest.raises(ConformanceFailure, match="gradient of"):
+        check.check_functional_call(Target("cpu"), torch.bfloat16)
