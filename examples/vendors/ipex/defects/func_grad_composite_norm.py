@@ -32,7 +32,7 @@ def observe():
              "group_norm": lambda x, w: F.group_norm(x, 2, w, b)}
     out = {}
     for name, fn in calls.items():
-        def loss(x, w):
+        def loss(x, w, fn=fn):
             return (fn(x, w) * r).sum()
         gx, gw = torch.func.grad(loss, argnums=(0, 1))(x, w)
         xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
