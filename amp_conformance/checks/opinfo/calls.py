@@ -173,11 +173,14 @@ def keyword_changes(op: Any, samples: list[Any], where: str, fake: bool
     """Whether sample i's result, eager and seeded, differs from its result with keyword
     ``key`` left at its default (dtypes and shapes alone on fake tensors): False where the
     sample raises, None where only the call without the keyword does (it has no default).
-    The sample's own result is computed once."""
+    The calls run on the host (a copy of a sample drawn on a real device): a call without
+    its keyword may index out of range (nll_loss's target at its ignore_index), which a GPU
+    answers with a device assert that ends the process's device context. The sample's own
+    result is computed once."""
     given: dict[int, Any] = {}
 
     def run(sample: Any) -> Any:
-        with source.seeded(where), warnings.catch_warnings():
+        with source.seeded("cpu"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 return Call(sample)(op)
@@ -185,13 +188,14 @@ def keyword_changes(op: Any, samples: list[Any], where: str, fake: bool
                 return exc
 
     def changes(i: int, key: str) -> bool:
+        sample = samples[i] if where == "cpu" else source.to_device(samples[i], "cpu")
         if i not in given:
-            given[i] = run(samples[i])
-        without = copy.copy(samples[i])
-        without.kwargs = {k: v for k, v in samples[i].kwargs.items() if k != key}
-        default = run(without)
+            given[i] = run(sample)
         if isinstance(given[i], Exception):
             return False
+        without = copy.copy(sample)
+        without.kwargs = {k: v for k, v in sample.kwargs.items() if k != key}
+        default = run(without)
         if isinstance(default, Exception):
             return None
         try:
