@@ -295,10 +295,10 @@ def reproduction(ref: source.OpRef, form: Form, device: str, fake: bool,
            "    return o\n") if form.variant == OUT else ""
     line = _call_line(form.variant)
     return (
-        "import itertools, torch\n"
+        "import itertools, random, torch\n"
         f"from {source.MODULE} import op_db\n"
         f"op = next(o for o in op_db if (o.name, o.variant_test_name) == {(ref.name, ref.variant)!r})\n"
-        f"torch.manual_seed({source.SEED})\n"
+        f"torch.manual_seed({source.SEED}); random.seed({source.SEED})\n"
         f"samples = op.sample_inputs_func(op, {where!r}, torch.{devices.dtype_name(form.build)}, False)\n"
         f"sample = next(itertools.islice(samples, {form.index}, None)){twin}\n"
         f"{moved}{_COPY}{out}"

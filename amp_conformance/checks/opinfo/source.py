@@ -20,6 +20,7 @@ import functools
 import importlib
 import importlib.util
 import itertools
+import random
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -133,10 +134,16 @@ def draw_device(device: str, fake: bool) -> str:
 
 @contextlib.contextmanager
 def seeded(device: str) -> Iterator[None]:
-    """Inside: the generators ``device`` draws from seeded with :data:`SEED`; after: as
-    they were (``core.rng``)."""
-    with rng.seeded(device, SEED):
-        yield
+    """Inside: the generators ``device`` draws from seeded with :data:`SEED`, and Python's
+    ``random`` (sample makers draw keyword values from it: cosine_embedding_loss's margin,
+    poisson_nll_loss's eps); after: as they were (``core.rng``)."""
+    state = random.getstate()
+    random.seed(SEED)
+    try:
+        with rng.seeded(device, SEED):
+            yield
+    finally:
+        random.setstate(state)
 
 
 def draw(op: Any, device: str, dtype: torch.dtype, limit: int | None) -> list[Any]:
