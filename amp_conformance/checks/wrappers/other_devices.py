@@ -32,10 +32,6 @@ from amp_conformance.core.state import autocast_device_types
 State = tuple[bool, torch.dtype]
 
 
-class _Raised(Exception):
-    """Raised inside a region or a forward, to see what the wrapper restores after it."""
-
-
 def others(device: str) -> tuple[str, ...]:
     return tuple(d for d in autocast_device_types() if d != device)
 
@@ -66,8 +62,8 @@ def _region(case: WrapperCase, seen: _Seen) -> None:
     with region(case):
         seen.look("inside the region")
     seen.look("after the region")
-    with contextlib.suppress(_Raised), region(case):
-        raise _Raised
+    with contextlib.suppress(I.Raised), region(case):
+        raise I.Raised
     seen.look("after an exception inside the region")
 
 
@@ -76,8 +72,8 @@ def _runner(case: WrapperCase, seen: _Seen) -> None:
     seen.look("after the runner")
 
     def fail() -> None:
-        raise _Raised
-    with contextlib.suppress(_Raised):
+        raise I.Raised
+    with contextlib.suppress(I.Raised):
         case.wrapper.runs(fail, case.precision, case.device)
     seen.look("after the body raised")
 
@@ -88,7 +84,7 @@ def _forward(case: WrapperCase, seen: _Seen) -> None:
     def forward(x: torch.Tensor, fail: bool = False) -> torch.Tensor:
         seen.look("inside the forward", (x.dtype, _own(dev)))
         if fail:
-            raise _Raised
+            raise I.Raised
         return x * 2
 
     decorated = case.wrapper.decorate(forward)
@@ -98,7 +94,7 @@ def _forward(case: WrapperCase, seen: _Seen) -> None:
         with context or contextlib.nullcontext():
             decorated(x)
             seen.look(f"{name}, after the forward")
-            with contextlib.suppress(_Raised):
+            with contextlib.suppress(I.Raised):
                 decorated(x, fail=True)
             seen.look(f"{name}, after the forward raised")
 
