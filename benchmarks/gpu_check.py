@@ -8,12 +8,15 @@ tests from this checkout), with a conformance report where the run is the suite:
 - ``serial``: ``pytest --pyargs amp_conformance --device DEV``
 - ``xdist``: the same with ``-n auto``
 - ``aot_eager``, ``inductor``: the same with ``-n auto --amp-compile BACKEND``
+- ``opinfo``: the operator-surface tier, ``-n auto --amp-opinfo -k test_opinfo`` (needs
+  expecttest, as PyTorch's op_db does)
 - ``coverage``: ``python -m amp_conformance coverage --device DEV``
 - ``project``: ``pytest -n auto tests`` in the checkout
 
 and writes a Markdown summary (per run: command, pytest's summary counts, wall time, exit
 status, the first line of each failure, read from the JSON reports where there are some)
-to ``DIR/summary.md`` (default ``gpu-check/``) and stdout; reports and logs go beside it.
+to ``DIR/summary.md`` (default ``gpu-check/``, rewritten after each run, so a check cut off
+keeps what it finished) and stdout; reports and logs go beside it.
 Without the device it says so and exits 2: it never writes a summary where nothing ran.
 Exit status: 0 when every run exited 0, else 1.
 """
@@ -36,7 +39,7 @@ from pathlib import Path
 from suite_speed import SUMMARY
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-RUNS = ("serial", "xdist", "aot_eager", "inductor", "coverage", "project")
+RUNS = ("serial", "xdist", "aot_eager", "inductor", "opinfo", "coverage", "project")
 #: failures listed per run in the summary (the rest are counted)
 MAX_FAILURES = 25
 
@@ -83,6 +86,7 @@ def plan(device: str, out: Path, only: tuple[str, ...] = RUNS, workers: str = "a
         "xdist": (*suite, "-n", workers),
         "aot_eager": (*suite, "-n", workers, "--amp-compile", "aot_eager"),
         "inductor": (*suite, "-n", workers, "--amp-compile", "inductor"),
+        "opinfo": (*suite, "-n", workers, "--amp-opinfo", "-k", "test_opinfo"),
     }
     planned = []
     for name in (n for n in RUNS if n in only):
@@ -275,14 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         print(why, file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    outcomes = []
+    outcomes, machine, text = [], describe_machine(args.device), ""
     for run in runs:
         print(f"[{run.name}] {run.command}", flush=True)
         outcomes.append(execute(run, out, args.timeout))
         print(f"[{run.name}] exit {outcomes[-1].exit_status}, {outcomes[-1].wall:.1f} s: "
               f"{outcomes[-1].summary}", flush=True)
-    text = render(args.device, describe_machine(args.device), outcomes)
-    (out / "summary.md").write_text(text)
+        text = render(args.device, machine, outcomes)
+        (out / "summary.md").write_text(text)
     print(text)
     return 0 if all(o.exit_status == 0 for o in outcomes) else 1
 

@@ -34,6 +34,8 @@ def test_dry_run_lists_every_run(tmp_path):
         f"--conformance-report {tmp_path}/aot_eager.json",
         f"[inductor] (empty dir) {suite} -n auto --amp-compile inductor "
         f"--conformance-report {tmp_path}/inductor.json",
+        f"[opinfo] (empty dir) {suite} -n auto --amp-opinfo -k test_opinfo "
+        f"--conformance-report {tmp_path}/opinfo.json",
         "[coverage] (empty dir) python -m amp_conformance coverage --device cuda -q",
         f"[project] (checkout) python -m pytest -n auto -q tests --junitxml {tmp_path}/project.xml",
     ]
