@@ -49,12 +49,19 @@ def test_known_entries_exist_where_they_were_seen():
     ids |= {e.id for e in oplist.parse_file(fakegpu).entries}
     for transform, known in check.known().items():
         assert known.entries <= ids, (transform, sorted(known.entries - ids))
+        for device, entries in known.devices.items():
+            there = {e.id for e in load_oplist(device).entries}
+            assert entries <= there, (transform, device, sorted(entries - there))
+    vmap = check.known()["vmap"]  # seen on CUDA only: CPU must still hold its policy
+    assert "_convolution" in vmap.on("cuda") and "_convolution" not in vmap.on("cpu")
 
 
 @pytest.mark.parametrize("text, field", [
     ('[vmapp]\ndefect = "func-vmap-skips-autocast"\nentries = []\n', "unknown transform"),
     ('[vmap]\ndefect = "nosuch"\nentries = []\n', "field 'defect'"),
     ('[vmap]\ndefect = "func-vmap-skips-autocast"\nentries = "mm"\n', "field 'entries'"),
+    ('[vmap]\ndefect = "func-vmap-skips-autocast"\nentries = []\n[vmap.devices]\ncuda = "mm"\n',
+     "field 'devices'"),
 ])
 def test_bad_known_file_names_file_table_and_field(tmp_path, monkeypatch, text, field):
     (tmp_path / check.KNOWN_FILE).write_text(text)
@@ -92,3 +99,39 @@ def test_functional_call_gradients_are_compared_where_they_are_not_zero(monkeypa
     monkeypatch.setattr(torch.func, "grad", zeros)
     with pytest.raises(ConformanceFailure, match="gradient of"):
         check.check_functional_call(Target("cpu"), torch.bfloat16)
+
+
+MIXED = '''
+[list]
+device = "cpu"
+source = "tests/test_transforms.py"
+
+[[entry]]
+id = "index_copy-mixed-lower-precision"
+op = "index_copy"
+category = "torch_need_autocast_promote"
+args = [
+    {shape = [4, 3], dtype = "float16"}, 0, {values = [0, 2], dtype = "int64"},
+    {shape = [2, 3], dtype = "bfloat16"},
+]
+expect = "float32"
+cast = "float32"
+[entry.reference_defect]
+id = "prioritize-mixed-lower-precision"
+expect = "error"
+error = "Unexpected floating ScalarType in at::autocast::prioritize"
+'''
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad"])
+def test_an_entry_that_raises_untransformed_too_is_a_limit_not_a_departure(tmp_path, transform):
+    """PyTorch's prioritize raises for float16 beside bfloat16 with or without the transform
+    (seen on CUDA's addcmul entry, tensor arguments the transform maps over)."""
+    path = tmp_path / "mixed.toml"
+    path.write_text(MIXED)
+    (entry,) = [e for e in check.load_oplist("cpu", (str(path),)).entries
+                if e.id == "index_copy-mixed-lower-precision"]
+    case = check.Case(CPU, torch.bfloat16, entry)
+    with pytest.raises(check.Limit, match="the untransformed call raises RuntimeError: "
+                       "Unexpected floating ScalarType in at::autocast::prioritize"):
+        check.departure(case, transform)
