@@ -4,6 +4,7 @@ tests/test_atlas.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def test_fake_samples_keep_their_layout():
     ('[[departure]]\nop = "x"\ndefect = "nope"\nerror = "e"\nevidence = "seen"\n', "defect"),
     ('[[departure]]\nop = "x"\ndefect = "linalg-pinv-not-on-fp32-list"\nevidence = "seen"\n', "error"),
     ('[[incomparable]]\nop = "x"\nreason = "r"\ncolour = 1\n', "colour"),
+    ('[[incomparable]]\nop = "x"\nreason = "r"\nnoncontiguous = "yes"\n', "noncontiguous"),
     ('[[departure]]\nop = "x"\ndefect = "linalg-pinv-not-on-fp32-list"\nerror = "e"\n'
      'evidence = "s"\namp_dtypes = ["float8"]\n', "amp_dtypes"),
 ])
@@ -127,6 +129,9 @@ def test_a_malformed_departures_file_names_the_file_the_op_and_the_field(tmp_pat
 def test_the_shipped_departures_file_parses():
     known = departures.builtin()
     assert departures.incomparable("empty_like", "")
+    (renorm,) = departures.incomparable("nn.functional.embedding", "")
+    assert renorm.covers("cuda", noncontiguous=True)  # seen on the H200, nowhere else
+    assert not renorm.covers("cuda", noncontiguous=False) and not renorm.covers("cpu", True)
     assert [d.defect for d in known.departures] == ["linalg-pinv-not-on-fp32-list"]
 
 
@@ -265,3 +270,29 @@ def test_one_process_may_judge_one_device_after_another():
                                 (Target("cuda", fake=True), torch.float16, "nn.functional.conv3d"),
                                 (CPU, torch.bfloat16, "tensordot")]:
         assert outcomes(target, dtype, name) == {judge.AGREES}, (target, name)
+
+
+def test_declared_incomparable_forms_are_judged_by_dtypes_on_their_device_alone():
+    """An [[incomparable]] scoped to a device type and to non-contiguous forms (embedding's
+    renorm on CUDA) spares those forms' values there, and no other form's."""
+    from amp_conformance.checks.opinfo import calls, judge, source
+    from amp_conformance.checks.opinfo.reference import policy_table
+    from amp_conformance.core.target import Target
+
+    def op(x):  # another value inside autocast: a departure wherever values are compared
+        return x + float(torch.is_autocast_enabled("cpu"))
+
+    target = Target("cpu")
+    scoped = departures.Incomparable("op", "", "seen not reproducible", ("cpu",), True)
+    setting = judge.Setting(source.OpRef("op"), op, target, torch.bfloat16, "bitwise",
+                            policy_table(target, torch.bfloat16, ()), incomparable=(scoped,))
+    x = torch.ones(3)
+    verdicts = {nc: judge.judge(setting, calls.Form(0, torch.float32, noncontiguous=nc),
+                                lambda o: o(x)) for nc in (False, True)}
+    assert verdicts[False].outcome == judge.FAILED
+    assert verdicts[True].outcome == judge.AGREES
+    assert verdicts[True].detail == "dtypes and shapes only: seen not reproducible"
+    elsewhere = departures.Incomparable("op", "", "seen not reproducible", ("cuda",), True)
+    setting = dataclasses.replace(setting, incomparable=(elsewhere,))
+    form = calls.Form(0, torch.float32, noncontiguous=True)
+    assert judge.judge(setting, form, lambda o: o(x)).outcome == judge.FAILED

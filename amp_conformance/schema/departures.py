@@ -46,6 +46,8 @@ INCOMPARABLE_FIELDS = {
     "op": (True, "the OpInfo's name (op_db's OpInfo.name)"),
     "variant": (False, "the OpInfo's variant_test_name (default: none)"),
     "reason": (True, "why its output values are not a function of its inputs"),
+    "devices": (False, "device types where they are not (default: every device)"),
+    "noncontiguous": (False, "true: its non-contiguous forms alone (default: every form)"),
 }
 
 
@@ -54,6 +56,13 @@ class Incomparable:
     op: str
     variant: str
     reason: str
+    devices: tuple[str, ...] | None = None
+    noncontiguous: bool = False
+
+    def covers(self, device: str, noncontiguous: bool) -> bool:
+        """Whether a form (non-contiguous or not) on ``device`` is not compared."""
+        return ((self.devices is None or device in self.devices)
+                and (noncontiguous or not self.noncontiguous))
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,8 @@ def _names(value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...
 
 
 _PARSERS = {"op": v.string, "variant": v.text, "error": v.string, "evidence": v.string,
-            "reason": v.string, "devices": _names, "amp_dtypes": lambda x: _names(x, v.AMP_DTYPES)}
+            "reason": v.string, "devices": _names, "amp_dtypes": lambda x: _names(x, v.AMP_DTYPES),
+            "noncontiguous": v.boolean}
 
 
 def _fields(raw: Any, index: int, kind: str, fields: dict, problems: Problems) -> dict | None:
@@ -125,7 +135,8 @@ def _departure(raw: Any, index: int, problems: Problems) -> Departure | None:
 
 def _incomparable(raw: Any, index: int, problems: Problems) -> Incomparable | None:
     f = _fields(raw, index, "incomparable", INCOMPARABLE_FIELDS, problems)
-    return None if f is None else Incomparable(f["op"], f["variant"], f["reason"])
+    return None if f is None else Incomparable(f["op"], f["variant"], f["reason"],
+                                               f.get("devices"), f.get("noncontiguous", False))
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,6 @@ def departures_of(op: str, variant: str) -> tuple[Departure, ...]:
     return tuple(d for d in builtin().departures if (d.op, d.variant) == (op, variant))
 
 
-def incomparable(op: str, variant: str) -> str | None:
-    """Why the op's values are not compared, or None."""
-    return next((x.reason for x in builtin().incomparable if (x.op, x.variant) == (op, variant)), None)
+def incomparable(op: str, variant: str) -> tuple[Incomparable, ...]:
+    """The op's forms whose values are not compared, and why."""
+    return tuple(x for x in builtin().incomparable if (x.op, x.variant) == (op, variant))

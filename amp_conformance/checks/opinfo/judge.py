@@ -36,7 +36,7 @@ from amp_conformance.core.compare import compare, compare_meta
 from amp_conformance.core.dispatch import shared_observer
 from amp_conformance.core.errors import ConformanceFailure, describe_error, first_line
 from amp_conformance.core.target import Target
-from amp_conformance.schema.departures import Departure
+from amp_conformance.schema.departures import Departure, Incomparable
 
 AGREES, CAPABILITY, DEFECT, NOT_APPLICABLE, FAILED = (
     "agrees", "capability", "defect", "n/a", "failed")
@@ -127,9 +127,14 @@ class Setting:
     numerics: str
     table: PolicyTable
     departures: tuple[Departure, ...] = ()
-    #: why the op's output values are not compared (dtypes and shapes are), if they are not
-    incomparable: str | None = None
+    #: the op's forms whose output values are not compared (dtypes and shapes are), and why
+    incomparable: tuple[Incomparable, ...] = ()
     tolerance: Any = None
+
+    def not_compared(self, form: calls.Form) -> str | None:
+        """Why ``form``'s values are not compared here, or None."""
+        return next((x.reason for x in self.incomparable
+                     if x.covers(self.target.device, form.noncontiguous)), None)
 
 
 def judge(s: Setting, form: calls.Form, call: calls.Call) -> Verdict:
@@ -178,10 +183,11 @@ def _defect_error(s: Setting, entered: tuple[str, ...], error: BaseException) ->
 
 
 def _both_ran(s: Setting, call: calls.Call, a: Run, c: Run, verdict: dict) -> Verdict:
-    fake = s.target.fake or s.incomparable is not None
+    reason = s.not_compared(verdict["form"])
+    fake = s.target.fake or reason is not None
     why = _values_agree(a.out, c.out, s.numerics, s.tolerance, fake)
     if why is None:
-        note = f"dtypes and shapes only: {s.incomparable}" if s.incomparable and not s.target.fake else ""
+        note = f"dtypes and shapes only: {reason}" if reason and not s.target.fake else ""
         return Verdict(outcome=AGREES, **verdict, detail=note)
     if not fake:  # is the control reproducible at all? (empty_like: uninitialised memory)
         with casting(s.table):
