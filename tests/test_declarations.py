@@ -116,7 +116,8 @@ def test_the_vendor_guide_step_by_step_reaches_a_green_declared_run(tmp_path):
                           capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert "review: accepted 90, kept 0, 0 left to review" in out, out[-4000:]
+    # every block discover wrote is decided (90 on torch 2.13; the count follows torch's lists)
+    assert re.search(r"review: accepted [1-9]\d*, kept 0, 0 left to review", out), out[-4000:]
     assert "amp-conformance run: drafted declared/capabilities.toml and declared/xfail.txt" in out
     capabilities = tomllib.loads((run / "declared" / "capabilities.toml").read_text())
     assert capabilities["capabilities"] == {"cast_cache": False, "sparse_grads": False}

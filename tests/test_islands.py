@@ -115,7 +115,9 @@ def test_a_region_that_enters_cudas_autocast_on_cpu_changes_cudas_state():
         return torch.autocast("cuda", dtype=planted.PRECISIONS[precision])
     decl = dataclasses.replace(planted.REFERENCE[0], name="cuda_always", make=cuda_always)
     case = next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == "devices")
-    with pytest.warns(UserWarning), pytest.raises(ConformanceFailure) as info:
+    # torch warns that CUDA is not available, on a host without it
+    warns = contextlib.nullcontext() if torch.cuda.is_available() else pytest.warns(UserWarning)
+    with warns, pytest.raises(ConformanceFailure) as info:
         check_devices(case)
     assert f"broken promise: {failure.CHANGES_OTHER}" in str(info.value)
     assert "it changed cuda's autocast state" in str(info.value)

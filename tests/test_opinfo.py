@@ -163,7 +163,9 @@ def test_without_expecttest_the_tier_is_a_usage_error_naming_the_fix(tmp_path, w
     finds expecttest missing before it starts a worker: the same error, no traceback."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(BLOCK_EXPECTTEST)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    # kept: a package installed by PYTHONPATH (--target) stays importable
+    paths = [str(tmp_path / "site"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
                            "-q", "-p", "no:cacheprovider", "--amp-opinfo", *workers],
                           cwd=tmp_path, capture_output=True, text=True, env=env)
