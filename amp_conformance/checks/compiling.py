@@ -131,6 +131,20 @@ class CompileStats:
         return int(counters["stats"]["unique_graphs"])
 
 
+def compiles_nothing() -> str | None:
+    """Why dynamo compiles no frame here, or None: it skips every frame while a dispatch
+    mode other than its own infrastructure's is active (a backend of Python modes)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    modes = [m for m in _get_current_dispatch_mode_stack()
+             if not getattr(m, "is_infra_mode", lambda: False)()]
+    if not modes:
+        return None
+    names = ", ".join(type(m).__qualname__ for m in modes)
+    return (f"not applicable: dynamo compiles nothing here, it skips every frame while a "
+            f"torch dispatch mode is active ({names})")
+
+
 def _limit_name() -> str:
     from torch._dynamo import config
 

@@ -37,11 +37,18 @@ def is_eligible(t: torch.Tensor, device: str) -> bool:
     return t.is_floating_point() and t.dtype != torch.float64 and t.device.type == device
 
 
+def promote(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """``torch.promote_types``, outside every torch function mode: the suite's own dtype
+    arithmetic, which a backend's mode (one that cannot lower it) never sees."""
+    with torch._C.DisableTorchFunction():
+        return torch.promote_types(a, b)
+
+
 def widest_eligible(values: Any, device: str) -> torch.dtype | None:
     widest = None
     for t in tensors_in(values):
         if is_eligible(t, device):
-            widest = t.dtype if widest is None else torch.promote_types(widest, t.dtype)
+            widest = t.dtype if widest is None else promote(widest, t.dtype)
     return widest
 
 
@@ -49,7 +56,7 @@ def promoted_floating(values: Any) -> torch.dtype | None:
     result = None
     for t in tensors_in(values):
         if t.is_floating_point() or t.is_complex():
-            result = t.dtype if result is None else torch.promote_types(result, t.dtype)
+            result = t.dtype if result is None else promote(result, t.dtype)
     return result
 
 

@@ -45,9 +45,21 @@ def headline(message: str | None) -> str:
     return lines[0]
 
 
-#: how the dispatcher says a backend has no kernel for an op (NotImplementedError)
+#: how the dispatcher says a backend has no kernel for an op (NotImplementedError), and
+#: how it says so for a backend in Python (every __torch_dispatch__ returned NotImplemented)
 _NO_KERNEL = re.compile(r"Could not run '(?P<op>[\w.:]+)' with arguments from the "
-                        r"'(?P<backend>\w+)' backend")
+                        r"'(?P<backend>\w+)' backend"
+                        r"|Multiple dispatch failed for '(?:torch\._ops\.)?(?P<ns>\w+)\."
+                        r"(?P<name>\w+)\.(?P<overload>\w+)'; all __torch_dispatch__ handlers "
+                        r"returned NotImplemented")
+
+
+def _op_of(found: re.Match) -> str:
+    if found.group("op"):
+        return found.group("op")
+    overload = found.group("overload")
+    return f"{found.group('ns')}::{found.group('name')}" + (
+        "" if overload == "default" else f".{overload}")
 
 
 def missing_kernel(error: BaseException | str | None) -> str | None:
@@ -58,7 +70,7 @@ def missing_kernel(error: BaseException | str | None) -> str | None:
         seen.add(id(error))
         found = _NO_KERNEL.search(str(error))
         if found:
-            return found.group("op")
+            return _op_of(found)
         error = error.__cause__ or error.__context__
     found = _NO_KERNEL.search(error) if isinstance(error, str) else None
-    return found.group("op") if found else None
+    return _op_of(found) if found else None

@@ -363,7 +363,8 @@ class Observer:
             terminalreporter.write_sep(
                 "!", f"{STOP} after {loss['nodeid']}{on}: {then} "
                      f"(exit status {DEVICE_LOST}; {loss['reason']})", red=True, bold=True)
-        if not_run and all(x.get("replaced") for x in lost(self.config)):
+        losses = lost(self.config)
+        if not_run and losses and all(x.get("replaced") for x in losses):
             terminalreporter.write_sep(
                 "!", f"{not_run} items not run: pytest-xdist stopped replacing workers (its "
                      "--max-worker-restart, by default 4 per worker)", red=True, bold=True)

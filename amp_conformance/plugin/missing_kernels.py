@@ -27,6 +27,7 @@ from amp_conformance.plugin.session_settings import settings
 
 #: the phrase the causes table keeps whole (one row per op)
 PHRASE = "has no kernel for"
+OWN = "an op of its autocast policy"
 
 
 def base_name(op: str) -> str:
@@ -39,16 +40,35 @@ def _policy(device: str, extra: tuple[str, ...]) -> frozenset[str]:
     return frozenset(base_name(e.op) for e in load_oplist(device, extra).entries)
 
 
-def in_policy(op: str, item: pytest.Item, device: str) -> bool:
-    """Whether ``op`` is the item's own op or one the device's op lists give a policy."""
+def _reaches(case: Any, op: str) -> bool:
+    """Whether the entry's own call, outside autocast, stops at the missing kernel for
+    ``op`` (conv2d at aten::convolution): then the op of the policy cannot run at all."""
+    from amp_conformance.checks.reproduction import callables
+
+    try:
+        args, kwargs = case.build_inputs()
+        callables(case)[0][1](*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - only which kernel it lacks matters
+        return missing_kernel(exc) == op
+    return False
+
+
+def in_policy(op: str, item: pytest.Item, device: str) -> str | None:
+    """How ``op`` belongs to the device's policy ("an op of its autocast policy": the item's
+    own op or one its op lists give a policy; "which its policy's conv2d needs": one the
+    item's own call cannot run without), or None (a tool of the check)."""
     own = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
     name = base_name(op)
     if own is not None and base_name(own.entry.op) == name:
-        return True
+        return OWN
     try:
-        return name in _policy(device, tuple(settings(item.config).oplists or ()))
+        if name in _policy(device, tuple(settings(item.config).oplists or ())):
+            return OWN
     except Exception:  # noqa: BLE001 - no op lists to read: the item's own op alone
-        return False
+        pass
+    if own is not None and _reaches(own, op):
+        return f"which its policy's {base_name(own.entry.op)} needs"
+    return None
 
 
 def _capability(item: pytest.Item) -> bool:
@@ -56,11 +76,11 @@ def _capability(item: pytest.Item) -> bool:
     return bool(check is not None and check.capability)
 
 
-def message(device: str, op: str, tool: bool) -> str:
-    if tool:
+def message(device: str, op: str, policy: str | None) -> str:
+    if policy is None:
         return (f"not applicable: {device} {PHRASE} {op}, which this check needs as a tool "
                 "(not an op of its policy)")
-    return f"{device} {PHRASE} {op}, an op of its autocast policy"
+    return f"{device} {PHRASE} {op}, {policy}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -73,10 +93,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if op is None:
         return report
     device = settings(item.config).device
-    if in_policy(op, item, device):
-        report.longrepr = f"{message(device, op, tool=False)}\n{report.longrepr}"
+    policy = in_policy(op, item, device)
+    if policy is not None:
+        report.longrepr = f"{message(device, op, policy)}\n{report.longrepr}"
     else:
         _path, line, _ = item.location
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), (line or 0) + 1, message(device, op, tool=True))
+        report.longrepr = (str(item.path), (line or 0) + 1, message(device, op, None))
     return report

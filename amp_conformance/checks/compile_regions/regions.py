@@ -30,7 +30,7 @@ from amp_conformance.checks.compile_regions.bodies import Body, Env
 from amp_conformance.core import devices
 from amp_conformance.core.casting import map_tensors
 from amp_conformance.core.compare import compare
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
 from amp_conformance.schema.defects import registry as defect_registry
@@ -305,6 +305,9 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
                     raise ConformanceFailure(f"{where}:\n  call {i} of {len(scenario.calls)}, "
                                              f"{ambient.name}:\n{lines}")
             low, high = scenario.graphs
+            blocked = backends.compiles_nothing() if stats.graphs == 0 else None
+            if blocked:
+                raise NotApplicable(blocked)
             if not low <= stats.graphs <= high:
                 raise ConformanceFailure(
                     f"{where}: dynamo compiled {stats.graphs} graph(s) over "

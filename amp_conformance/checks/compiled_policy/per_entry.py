@@ -29,7 +29,7 @@ from amp_conformance.checks.reproduction import _call_source, describe
 from amp_conformance.core import devices
 from amp_conformance.core.casting import output_dtypes
 from amp_conformance.core.compare import compare_meta
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.schema import argspec
 from amp_conformance.schema.defects import DefectUse
@@ -168,6 +168,9 @@ def check_variant(case: CompiledCase, variant: str, fn: Callable) -> dict[str, A
     if error is not None:
         _fail(case, variant, f"failed compiled, where eager ran: {_first_line(error)}")
     if graphs == 0:
+        blocked = backends.compiles_nothing()
+        if blocked:
+            raise NotApplicable(blocked)
         _fail(case, variant, "dynamo compiled no graph: the call ran eagerly")
     departure = departures.compiled_defect(case)
     if output_dtypes(actual) != output_dtypes(expected):
