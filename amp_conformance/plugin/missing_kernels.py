@@ -5,8 +5,9 @@ When an item fails because the dispatcher found no kernel for an op on the devic
 Python's "all __torch_dispatch__ handlers returned NotImplemented", raised or quoted in a
 check's message), the item says "``<device>`` has no kernel for ``aten::X``": a failure
 where the op is in the device's policy (an op of its op lists, the item's own op, or one its
-own call cannot run without: conv2d at ``aten::convolution``), a not-applicable skip where the check only needs it as a tool (GradScaler's kernels
-for a training check, ``aten::isfinite`` for a comparison). Either way the causes table
+own call cannot run without: conv2d at ``aten::convolution``), a not-applicable skip where
+the check only needs it as a tool (GradScaler's kernels for a training check,
+``aten::isfinite`` for a comparison). Either way the causes table
 groups the items one row per op (:mod:`amp_conformance.plugin.report.causes`). An item the
 vendor declared an expected failure keeps its verdict, and so does one of a check that
 needs a capability (sparse gradients): the kernels it lacks are what the capability
