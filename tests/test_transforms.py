@@ -141,3 +141,17 @@ def test_an_entry_that_raises_untransformed_too_is_a_limit_not_a_departure(tmp_p
     with pytest.raises(check.Limit, match="the untransformed call raises RuntimeError: "
                        "Unexpected floating ScalarType in at::autocast::prioritize"):
         check.departure(case, transform)
+
+
+def test_an_output_without_its_batch_dimension_is_never_indexed(monkeypatch):
+    """A vmap whose output lost its batch dimension (PyTorch/XLA's linalg.svdvals) is a limit
+    of the entry, found from the shape: reading a sample of such an output broke XLA."""
+    real = torch.func.vmap
+
+    def first_only(fn, **kwargs):
+        return lambda *args: real(fn, **kwargs)(*args)[0]
+    monkeypatch.setattr(torch.func, "vmap", first_only)
+    (entry,) = [e for e in check.load_oplist("cpu").entries if e.id == "mm"]
+    with pytest.raises(check.Limit, match=r"vmap gave an output of shape \(8, 8\), without the "
+                                          "batch dimension of 2 first"):
+        check.departure(check.Case(CPU, torch.bfloat16, entry), "vmap")

@@ -79,6 +79,10 @@ def _vmap(case: Case, fn: Callable, args: tuple, kwargs: dict) -> list[tuple[Any
                    for a, b, d in zip(args, other, in_dims, strict=True)]
     call = functools.partial(fn, **kwargs)
     batched = _run(lambda: torch.func.vmap(call, in_dims=in_dims)(*stacked))
+    unbatched = [tuple(t.shape) for t in tensors_in(batched) if t.dim() == 0 or t.shape[0] != 2]
+    if unbatched:  # a sample of it cannot be read (PyTorch/XLA's runtime breaks on it)
+        raise _Raised(RuntimeError(f"vmap gave an output of shape {unbatched[0]}, without the "
+                                   "batch dimension of 2 first"))
     return [(map_tensors(lambda t, k=k: t[k], batched), _untransformed(lambda s=s: call(*s)))
             for k, s in enumerate((args, other))]
 
