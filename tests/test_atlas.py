@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip 
 from amp_conformance.checks.opinfo import source  # noqa: E402
 from amp_conformance.core import devices  # noqa: E402
 from amp_conformance.tools import atlas  # noqa: E402
+from tests import backends  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,14 +53,9 @@ def test_atlas_drift_lists_changed_cells():
 def test_an_atlas_cell_that_kills_the_process_says_so_and_the_rest_is_made(tmp_path):
     """A backend that dies in one op (tests/backends/amp_crash.py: AutocastCPU roll aborts)
     costs that cell only: the atlas runs each device's cells in a child and goes on past it."""
-    backends = Path(__file__).parent / "backends"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(backends), os.environ.get("PYTHONPATH")])))
     out = tmp_path / "atlas.json"
-    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "atlas", "--devices", "cpu",
-                           "--backend-module", "amp_crash", "--ops", "add,roll,mm",
-                           "--json", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = backends.run("-m", "amp_conformance", "atlas", "--devices", "cpu", "--backend-module",
+                        "amp_crash", "--ops", "add,roll,mm", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     cells = {op: c["cpu"] for op, c in json.loads(out.read_text())["ops"].items()}
     assert cells["roll"] == "crashed the process (killed by SIGABRT)", cells

@@ -8,9 +8,7 @@ runs as if they were not there.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,16 +16,13 @@ import torch
 
 from amp_conformance.core import devices, dispatch
 from amp_conformance.schema import oplist
+from tests import backends
 
-BACKENDS = Path(__file__).parent / "backends"
 FOREIGN = ("amp_ghostlib::ghost_op", "aten::mm.amp_no_such_overload", "amp_foreignlib::scale")
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(BACKENDS), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return backends.run(*args, cwd=tmp_path)
 
 
 @pytest.fixture

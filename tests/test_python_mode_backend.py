@@ -10,9 +10,6 @@ What may fail is the backend: conv2d, in its policy, has no convolution kernel t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +17,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from amp_conformance.core import casting
+from tests import backends
 
-BACKENDS = Path(__file__).parent / "backends"
-OPLIST = BACKENDS / "amp_pymode.toml"
-CAPABILITIES = BACKENDS / "amp_pymode_capabilities.toml"
+OPLIST = backends.HERE / "amp_pymode.toml"
+CAPABILITIES = backends.HERE / "amp_pymode_capabilities.toml"
 PYMODE = ("--backend-module", "amp_pymode", "--device", "pymode")
 CONV = "pymode has no kernel for aten::convolution"
 
@@ -32,12 +29,8 @@ needs_python_backends = pytest.mark.skipif(
     "guard, torch >= 2.5)")
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(BACKENDS), os.environ.get("PYTHONPATH")])))
-    env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+def _run(tmp_path: Path, *args: str):
+    return backends.run(*args, cwd=tmp_path)
 
 
 class _CannotLower(TorchFunctionMode):
