@@ -14,8 +14,9 @@ tests from this checkout), with a conformance report where the run is the suite:
 - ``project``: ``pytest -n auto tests`` in the checkout
 
 and writes a Markdown summary (per run: command, pytest's summary counts, wall time, exit
-status, the first line of each failure, read from the JSON reports where there are some)
-to ``DIR/summary.md`` (default ``gpu-check/``, rewritten after each run, so a check cut off
+status, the first line of each failure, read from the JSON reports where there are some;
+where each suite run's time went: its tiers and slowest check families) to
+``DIR/summary.md`` (default ``gpu-check/``, rewritten after each run, so a check cut off
 keeps what it finished) and stdout; reports and logs go beside it.
 Without the device it says so and exits 2: it never writes a summary where nothing ran.
 Exit status: 0 when every run exited 0, else 1.
@@ -42,6 +43,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 RUNS = ("serial", "xdist", "aot_eager", "inductor", "opinfo", "coverage", "project")
 #: failures listed per run in the summary (the rest are counted)
 MAX_FAILURES = 25
+#: check families listed per run in the summary's time table, slowest first
+MAX_FAMILIES = 8
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class Outcome:
     counts: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     note: str = ""
+    #: the report's tiers and check families, with their items and own time (suite runs)
+    tiers: dict[str, dict] = field(default_factory=dict)
+    families: dict[str, dict] = field(default_factory=dict)
 
 
 def plan(device: str, out: Path, only: tuple[str, ...] = RUNS, workers: str = "auto",
@@ -182,6 +188,7 @@ def read_outcome(run: Run, exit_status: int | None, wall: float, stdout: str) ->
     if run.report is not None and run.report.suffix == ".json" and run.report.exists():
         data = json.loads(run.report.read_text())
         outcome.failures = failures_from_report(data)
+        outcome.tiers, outcome.families = data.get("tiers") or {}, data.get("families") or {}
         status = data.get("run", {}).get("status")
         if status != "completed":
             outcome.note = f"report status {status!r}: no verdict"
@@ -231,6 +238,20 @@ def render(device: str, machine: str, outcomes: list[Outcome]) -> str:
         exit_status = "timed out" if o.exit_status is None else str(o.exit_status)
         lines.append(f"| {o.run.name} | `{_cell(o.run.command)}` | {_cell(counts)} | "
                      f"{o.wall:.1f} s | {exit_status} |")
+    timed = [o for o in outcomes if o.families]
+    if timed:
+        lines += ["", "## Where the time went",  "",
+                  "The items' own time (setup, call and teardown; summed over workers in the "
+                  "parallel runs) per tier and, slowest first, per check family, from each "
+                  "run's report:", "",
+                  "| run | tiers | slowest families |", "| --- | --- | --- |"]
+        for o in timed:
+            tiers = ", ".join(f"{n} {r['items']} items {r['seconds']:.1f} s"
+                              for n, r in o.tiers.items() if r.get("items"))
+            slow = sorted(o.families.items(), key=lambda kv: -kv[1].get("seconds", 0.0))
+            fams = ", ".join(f"{n} {r['seconds']:.1f} s ({r['items']})"
+                             for n, r in slow[:MAX_FAMILIES])
+            lines.append(f"| {o.run.name} | {_cell(tiers)} | {_cell(fams)} |")
     for o in outcomes:
         if not (o.failures or o.note):
             continue

@@ -128,3 +128,17 @@ def test_project_failures_from_junit_and_coverage_from_its_report(gpu_check, tmp
     assert outcome.failures == [
         "reached but not checked: aten::mm  <- mm (raised: boom)",
         "uncovered: aten::bmm: no entry reaches it and no [[exclude]] names it"]
+
+
+def test_the_summary_says_where_each_suite_runs_time_went(gpu_check, tmp_path):
+    report = tmp_path / "serial.json"
+    report.write_text(json.dumps({
+        **REPORT, "tiers": {"default": {"option": None, "items": 3, "seconds": 9.5}},
+        "families": {"policy": {"items": 2, "seconds": 1.25},
+                     "compile_regions": {"items": 1, "seconds": 8.25}}}))
+    run = gpu_check.Run("serial", ("pytest",), report=report)
+    outcome = gpu_check.read_outcome(run, 1, 12.0, "1 failed, 3 passed in 11.9s\n")
+    text = gpu_check.render("cuda", "m", [outcome])
+    assert "## Where the time went" in text
+    assert ("| serial | default 3 items 9.5 s | compile_regions 8.2 s (1), policy 1.2 s (2) |"
+            in text.splitlines())

@@ -19,6 +19,7 @@ lost device's summary lines read it (:func:`tally`), and the report is built fro
 from __future__ import annotations
 
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,7 @@ class Collector:
         modules = list(self.config.getoption("amp_backend_modules") or [])
         return {
             "event": "session",
+            "time": time.time(),
             "torch": torch.__version__,
             "python": platform.python_version(),
             "device": s.device,
@@ -266,6 +268,7 @@ class Collector:
     def _report_event(self, report: Any, category: str) -> dict[str, Any]:
         props = dict(getattr(report, "user_properties", ()) or ())
         event = {"event": "report", "nodeid": report.nodeid, "when": getattr(report, "when", None),
+                 "duration": round(getattr(report, "duration", 0.0) or 0.0, 6),
                  "category": category, "message": message_of(report, category),
                  "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
                  "defect": props.get(DEFECT_PROPERTY), "opinfo": props.get(OPINFO_PROPERTY)}
@@ -279,7 +282,7 @@ class Collector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # session.exitstatus: what the run returns, as plugin.verdict decided it
         end = self.config.stash.get(END, {})
-        self._event({"event": "end", "exitstatus": int(session.exitstatus),
+        self._event({"event": "end", "time": time.time(), "exitstatus": int(session.exitstatus),
                      "interrupted_by": end.get("interrupted_by"),
                      "setup_errors": end.get("setup_errors", [])})
         if self.journal is not None:

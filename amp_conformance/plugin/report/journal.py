@@ -106,6 +106,8 @@ class ItemRecord:
     #: an OpInfo-tier item's summary (plugin.report.surface)
     opinfo: dict[str, Any] | None = None
     finished: bool = False
+    #: the item's own time: its setup, call and teardown reports' durations
+    seconds: float = 0.0
 
     def add(self, event: dict[str, Any]) -> None:
         if event.get("item"):
@@ -116,6 +118,7 @@ class ItemRecord:
             self.defect = event["defect"]
         if event.get("opinfo") is not None:
             self.opinfo = event["opinfo"]
+        self.seconds += event.get("duration") or 0.0
         category = event.get("category", "")
         if category == QUARANTINED:  # stopped before the op that loses the device: no verdict
             category = NOT_RUN
@@ -146,6 +149,7 @@ class ItemRecord:
             "entry": info.get("entry"),
             "op": info.get("op"),
             "outcome": self.final_outcome,
+            "seconds": round(self.seconds, 4),
             "message": message,
             "observed": self.observed if self.observed not in ({}, None) else None,
             "defect": self.defect,
@@ -159,6 +163,10 @@ class Accumulator:
 
     def __init__(self) -> None:
         self.session: dict[str, Any] = {}
+        #: when the session started and the last event seen (epoch seconds; None in journals
+        #: older than the timings)
+        self.began: float | None = None
+        self.last: float | None = None
         self.records: dict[str, ItemRecord] = {}
         self.counts: Counter[str] = Counter()
         self.running: str | None = None
@@ -177,8 +185,11 @@ class Accumulator:
 
     def feed(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
+        if event.get("time") is not None:
+            self.last = event["time"]
         if kind == "session":
-            self.session = {k: v for k, v in event.items() if k != "event"}
+            self.session = {k: v for k, v in event.items() if k not in ("event", "time")}
+            self.began = event.get("time")
         elif kind == "collected":
             self.collected = event.get("count")
             self.selection = event.get("items") or []
@@ -258,7 +269,15 @@ def run_status(acc: Accumulator, process_gone: bool) -> dict[str, Any]:
         "processes": acc.processes,
         "quarantined": quarantined(acc),
         "setup_errors": (acc.end or {}).get("setup_errors") or [],
+        "wall": wall(acc),
     }
+
+
+def wall(acc: Accumulator) -> float | None:
+    """Seconds from the session's start to its end (or, for a run that did not end, to its
+    last timed event): under xdist less than the items' own time summed."""
+    end = (acc.end or {}).get("time") or acc.last
+    return round(end - acc.began, 3) if acc.began is not None and end is not None else None
 
 
 def _guess(records: dict[str, ItemRecord], nodeid: str) -> dict[str, Any]:
@@ -301,6 +320,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "summary": summary,
         "categories": categories(results),
         "families": families(results),
+        "tiers": tiers(results),
         "reference_defects": reference_defects(results),
         **{k: v for tier in registry.tiers() for k, v in tier.summary(results).items()},
         "causes": causes.of_results(results),
@@ -351,6 +371,7 @@ def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[s
     merged.session, merged.collected, merged.deselected, merged.selection = (
         first.session, first.collected, first.deselected, first.selection)
     merged.processes = len(parts)
+    merged.began, merged.last = first.began, last.last
     for acc, how in parts if settled else parts[:-1]:
         merged.restarts += _stopped(acc, how)
     for acc, _ in parts:
@@ -368,12 +389,14 @@ def merge(parts: list[tuple[Accumulator, str]], settled: bool = False) -> dict[s
 def _tally(results: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
     """Per value of ``key``: item outcomes, not-applicable skips and the pass rate."""
     table: dict[str, Counter[str]] = {}
+    seconds: Counter[str] = Counter()
     for r in results:
         name = r[key] if key == "category" else (r[key] or OTHER)
         if name is None:
             continue
         counts = table.setdefault(name, Counter())
         counts[r["outcome"]] += 1
+        seconds[name] += r.get("seconds") or 0.0
         if r["outcome"] == "skipped" and is_not_applicable(r["message"]):
             counts["not_applicable"] += 1
     out: dict[str, dict[str, Any]] = {}
@@ -382,6 +405,8 @@ def _tally(results: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]
         row["not_run"] = counts.get(NOT_RUN, 0)
         ran = row["passed"] + row["failed"] + row["error"] + row["xpassed"]
         row["pass_rate"] = round(row["passed"] / ran, 4) if ran else None
+        row["items"] = sum(counts.values()) - counts["not_applicable"]
+        row["seconds"] = round(seconds[name], 3)
         out[name] = row
     return out
 
@@ -402,6 +427,27 @@ def families(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name in sorted(table, key=lambda n: (order.get(n, len(order)), n)):
         per_entry = name in registry.REGISTRY and registry.REGISTRY[name].per_entry
         out[name] = {**table[name], "per_entry": per_entry}
+    return out
+
+
+#: the tier of the items no opt-in tier generates
+DEFAULT_TIER = "default"
+
+
+def tiers(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Items and their own time per tier: ``default`` and each opt-in tier that had items
+    (by its check's name, with the option that asks for it)."""
+    by_check = {t.check: t for t in registry.tiers()}
+    out: dict[str, dict[str, Any]] = {DEFAULT_TIER: {"option": None, "items": 0, "seconds": 0.0}}
+    for r in results:
+        tier = by_check.get(r.get("check") or "")
+        name = tier.check if tier is not None else DEFAULT_TIER
+        row = out.setdefault(name, {"option": next(iter(tier.options), None) if tier else None,
+                                    "items": 0, "seconds": 0.0})
+        row["items"] += 1
+        row["seconds"] += r.get("seconds") or 0.0
+    for row in out.values():
+        row["seconds"] = round(row["seconds"], 3)
     return out
 
 

@@ -253,18 +253,40 @@ def _generic_matrix(data: dict[str, Any], failures: _Failures) -> str:
 _COUNT_COLUMNS = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "not_applicable")
 
 
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
+
+
 def _count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str) -> str:
-    """Counts per outcome and the pass rate, one row per category or check family."""
+    """Counts per outcome, the pass rate and the items' own time, one row per category or
+    check family."""
     if not rows:
         return f'<p class="muted">{_e(empty)}</p>'
+    timed = all("seconds" in row for row in rows.values())
     head = f"<tr><th>{_e(kind)}</th>" + "".join(
-        f"<th>{_e(c.replace('_', ' '))}</th>" for c in _COUNT_COLUMNS) + "<th>pass rate</th></tr>"
+        f"<th>{_e(c.replace('_', ' '))}</th>" for c in _COUNT_COLUMNS) + "<th>pass rate</th>" + (
+        "<th>items</th><th>time</th>" if timed else "") + "</tr>"
     body = "".join(
         f"<tr><td>{_e(name)}</td>" + "".join(
             f'<td class="{"num fail" if c in ("failed", "error") and row.get(c) else "num"}">'
             f"{row.get(c, 0)}</td>" for c in _COUNT_COLUMNS)
-        + f"<td>{_rate(row.get('pass_rate'))}</td></tr>" for name, row in rows.items())
+        + f"<td>{_rate(row.get('pass_rate'))}</td>"
+        + (f'<td class="num">{row["items"]}</td><td class="num">{_seconds(row["seconds"])}</td>'
+           if timed else "") + "</tr>" for name, row in rows.items())
     return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+def timing(data: dict[str, Any]) -> str:
+    """One line: the run's wall time and each tier's items and own time (empty for a report
+    older than the timings)."""
+    tiers, wall = data.get("tiers"), (data.get("run") or {}).get("wall")
+    if not tiers:
+        return ""
+    parts = [f"{name} {row['items']} items, {_seconds(row['seconds'])}"
+             + (f" ({row['option']})" if row.get("option") else "")
+             for name, row in tiers.items() if row["items"]]
+    return (f"Wall {_seconds(wall)}; the items' own time (setup, call and teardown, summed over "
+            f"workers) by tier: {' · '.join(parts)}")
 
 
 def family_rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -397,6 +419,7 @@ def render_html(data: dict[str, Any]) -> str:
 {causes.html(data, _e)}
 <h2 id="families">By check family</h2>
 {_count_table("family", family_rows(data), "No items in this run.")}
+<p class="muted" id="timing">{_e(timing(data))}</p>
 {"".join(tier.html(data) for tier in registry.tiers())}
 <h2 id="categories">By op-list category</h2>
 {_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
@@ -424,10 +447,14 @@ def render_html(data: dict[str, Any]) -> str:
 def _md_table(kind: str, rows: dict[str, dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    lines = [f"| {kind} | passed | failed | errors | xfailed | skipped | pass rate |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    timed = all("seconds" in row for row in rows.values())
+    lines = [f"| {kind} | passed | failed | errors | xfailed | skipped | pass rate |"
+             + (" items | time |" if timed else ""),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if timed else "")]
     lines += [f"| {name} | {row['passed']} | {row['failed']} | {row['error']} | {row['xfailed']} | "
-              f"{row['skipped']} | {percent(row['pass_rate'])} |" for name, row in rows.items()]
+              f"{row['skipped']} | {percent(row['pass_rate'])} |"
+              + (f" {row['items']} | {_seconds(row['seconds'])} |" if timed else "")
+              for name, row in rows.items()]
     return [*lines, ""]
 
 
@@ -474,6 +501,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         f"{data.get('numerics')}, Python {data.get('python')}.",
         "",
         *_md_table("check family", family_rows(data)),
+        *([timing(data), ""] if timing(data) else []),
         *causes.markdown(data),
         *_md_lost(data),
         *[line for tier in registry.tiers() for line in tier.markdown(data)],
