@@ -126,6 +126,19 @@ def test_compiling_bounds_and_counts_graphs():
     assert stats.graphs == 1
 
 
+def test_compiling_leaves_out_dynamos_guard_timing_and_only_there():
+    import torch._dynamo.guards as guards
+
+    timed = guards.profile_guard_manager
+    with backends.compiling() as stats:
+        assert guards.profile_guard_manager is not timed  # the guards are built, not timed
+        compiled = torch.compile(lambda x: x * 2, backend="eager")
+        assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 2.0))
+        compiled(torch.ones(2, dtype=torch.float64))  # the guards still hold: a recompile
+        assert stats.graphs == 2
+    assert guards.profile_guard_manager is timed
+
+
 # -- the per-entry tier --------------------------------------------------------------
 
 
