@@ -1,6 +1,7 @@
 """Check the suite on a machine with a GPU (or another accelerator): one command.
 
-    python benchmarks/gpu_check.py [--device cuda] [--out DIR] [--only RUN,...] [--dry-run]
+    python benchmarks/gpu_check.py [--device cuda] [--out DIR] [--only RUN,...] [--overlap]
+                                   [--dry-run]
 
 Runs, each from an empty temporary directory against the installed package (the project's
 tests from this checkout), with a conformance report where the run is the suite:
@@ -18,6 +19,10 @@ status, the first line of each failure, read from the JSON reports where there a
 where each suite run's time went: its tiers and slowest check families) to
 ``DIR/summary.md`` (default ``gpu-check/``, rewritten after each run, so a check cut off
 keeps what it finished) and stdout; reports and logs go beside it.
+``--overlap`` starts ``project`` beside the untimed runs (the compile tiers, opinfo,
+coverage) rather than after them, so the check fits a short lease of the device; the runs
+whose times are the targets (``serial``, ``xdist``) still run alone, and the summary says
+which ran beside which.
 Without the device it says so and exits 2: it never writes a summary where nothing ran.
 Exit status: 0 when every run exited 0, else 1.
 """
@@ -29,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +49,10 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 RUNS = ("serial", "xdist", "aot_eager", "inductor", "opinfo", "coverage", "project")
 #: failures listed per run in the summary (the rest are counted)
 MAX_FAILURES = 25
+#: the runs whose wall times are the check's targets: never run beside another
+TIMED = ("serial", "xdist")
+#: the run ``--overlap`` starts beside the untimed runs
+OVERLAPPED = "project"
 #: check families listed per run in the summary's time table, slowest first
 MAX_FAMILIES = 8
 
@@ -76,6 +86,8 @@ class Outcome:
     #: the report's tiers and check families, with their items and own time (suite runs)
     tiers: dict[str, dict] = field(default_factory=dict)
     families: dict[str, dict] = field(default_factory=dict)
+    #: the run that ran alongside this one (``--overlap``), or ""
+    beside: str = ""
 
 
 def plan(device: str, out: Path, only: tuple[str, ...] = RUNS, workers: str = "auto",
@@ -201,28 +213,60 @@ def read_outcome(run: Run, exit_status: int | None, wall: float, stdout: str) ->
     return outcome
 
 
-def execute(run: Run, out: Path, timeout: float) -> Outcome:
-    """Make ``run`` (stdout and stderr to ``out/<name>.log``) and read what it gave."""
+@dataclass
+class Started:
+    """A run under way: its process, where its output goes, when it began."""
+
+    run: Run
+    proc: subprocess.Popen
+    stdout: Path
+    stderr: Path
+    began: float
+    empty: tempfile.TemporaryDirectory
+
+
+def start(run: Run, out: Path) -> Started:
+    """Start ``run`` (from an empty temporary directory unless it runs in the checkout),
+    its output to files, in a process group of its own (a timeout ends all of it)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as empty:
-        cwd = CHECKOUT if run.in_checkout else Path(empty)
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(run.argv, cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
-            status, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            status = None
-            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        wall = time.perf_counter() - start
+    empty = tempfile.TemporaryDirectory(prefix="gpu-check-")
+    cwd = CHECKOUT if run.in_checkout else Path(empty.name)
+    stdout, stderr = out / f"{run.name}.stdout", out / f"{run.name}.stderr"
+    with stdout.open("w") as o, stderr.open("w") as e:
+        proc = subprocess.Popen(run.argv, cwd=cwd, env=env, stdout=o, stderr=e,
+                                start_new_session=True)
+    return Started(run, proc, stdout, stderr, time.perf_counter(), empty)
+
+
+def finish(started: Started, out: Path, timeout: float, beside: str = "") -> Outcome:
+    """Wait for a started run (at most ``timeout`` seconds from its start), write its log
+    (``out/<name>.log``) and read what it gave. ``beside``: the run that ran alongside."""
+    run = started.run
+    try:
+        status: int | None = started.proc.wait(
+            timeout=max(0.0, timeout - (time.perf_counter() - started.began)))
+    except subprocess.TimeoutExpired:
+        os.killpg(started.proc.pid, signal.SIGKILL)
+        started.proc.wait()
+        status = None
+    wall = time.perf_counter() - started.began
+    started.empty.cleanup()
+    stdout, stderr = started.stdout.read_text(), started.stderr.read_text()
+    started.stdout.unlink()
+    started.stderr.unlink()
     (out / f"{run.name}.log").write_text(f"$ {run.command}\n{stdout}\n--- stderr ---\n{stderr}")
     outcome = read_outcome(run, status, wall, stdout)
+    outcome.beside = beside
     if status is None:
         outcome.note = f"timed out after {timeout:.0f} s; " + outcome.note
     elif not outcome.summary:
         outcome.note += f" stderr: {first_line(stderr[-2000:])}"
     return outcome
+
+
+def execute(run: Run, out: Path, timeout: float) -> Outcome:
+    """Make ``run`` (stdout and stderr to ``out/<name>.log``) and read what it gave."""
+    return finish(start(run, out), out, timeout)
 
 
 def _cell(text: str) -> str:
@@ -236,8 +280,9 @@ def render(device: str, machine: str, outcomes: list[Outcome]) -> str:
     for o in outcomes:
         counts = ", ".join(f"{n} {w}" for w, n in o.counts.items()) or o.summary or "-"
         exit_status = "timed out" if o.exit_status is None else str(o.exit_status)
+        beside = f" (beside {o.beside})" if o.beside else ""
         lines.append(f"| {o.run.name} | `{_cell(o.run.command)}` | {_cell(counts)} | "
-                     f"{o.wall:.1f} s | {exit_status} |")
+                     f"{o.wall:.1f} s{beside} | {exit_status} |")
     timed = [o for o in outcomes if o.families]
     if timed:
         lines += ["", "## Where the time went",  "",
@@ -284,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated runs to make (default: all: {','.join(RUNS)})")
     parser.add_argument("--workers", default="auto", help="-n of the parallel runs (default auto)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--overlap", action="store_true",
+                        help=f"run {OVERLAPPED!r} beside the untimed runs (the compile tiers, "
+                             f"opinfo, coverage) instead of after them; the timed ones "
+                             f"({', '.join(TIMED)}) still run alone")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -300,15 +349,33 @@ def main(argv: list[str] | None = None) -> int:
         print(why, file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    outcomes, machine, text = [], describe_machine(args.device), ""
+    machine = describe_machine(args.device)
+    outcomes: list[Outcome] = []
+    aside = next((r for r in runs if r.name == OVERLAPPED), None) if args.overlap else None
+    started: Started | None = None
+
+    def record(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        print(f"[{outcome.run.name}] exit {outcome.exit_status}, {outcome.wall:.1f} s: "
+              f"{outcome.summary}", flush=True)
+        (out / "summary.md").write_text(render(args.device, machine, outcomes))
+
     for run in runs:
+        if run is aside:
+            continue
+        if aside is not None and started is None and run.name not in TIMED:
+            print(f"[{aside.name}] {aside.command} (beside the runs that follow)", flush=True)
+            started = start(aside, out)
         print(f"[{run.name}] {run.command}", flush=True)
-        outcomes.append(execute(run, out, args.timeout))
-        print(f"[{run.name}] exit {outcomes[-1].exit_status}, {outcomes[-1].wall:.1f} s: "
-              f"{outcomes[-1].summary}", flush=True)
-        text = render(args.device, machine, outcomes)
-        (out / "summary.md").write_text(text)
-    print(text)
+        outcome = execute(run, out, args.timeout)
+        outcome.beside = aside.name if started is not None else ""
+        record(outcome)
+    if aside is not None:
+        if started is None:  # nothing untimed to overlap with
+            started = start(aside, out)
+        others = ", ".join(o.run.name for o in outcomes if o.beside)
+        record(finish(started, out, args.timeout, beside=others))
+    print(render(args.device, machine, outcomes))
     return 0 if all(o.exit_status == 0 for o in outcomes) else 1
 
 

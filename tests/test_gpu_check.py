@@ -7,6 +7,7 @@ import importlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,27 @@ def test_the_summary_says_where_each_suite_runs_time_went(gpu_check, tmp_path):
     assert "## Where the time went" in text
     assert ("| serial | default 3 items 9.5 s | compile_regions 8.2 s (1), policy 1.2 s (2) |"
             in text.splitlines())
+
+
+def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_path, monkeypatch):
+    def fake(name: str, seconds: float) -> object:
+        code = f"import time; time.sleep({seconds}); print('1 passed in {seconds}s')"
+        return gpu_check.Run(name, (sys.executable, "-c", code), in_checkout=name == "project")
+
+    runs = [fake("serial", 0.0), fake("aot_eager", 1.5), fake("coverage", 0.0),
+            fake("project", 1.5)]
+    monkeypatch.setattr(gpu_check, "plan", lambda *args, **kwargs: runs)
+    monkeypatch.setattr(gpu_check, "missing_device", lambda device: None)
+    monkeypatch.setattr(gpu_check, "describe_machine", lambda device: "m")
+    began = time.perf_counter()
+    assert gpu_check.main(["--out", str(tmp_path), "--overlap"]) == 0
+    assert time.perf_counter() - began < 2.9  # aot_eager and project side by side
+    rows = [line for line in (tmp_path / "summary.md").read_text().splitlines()
+            if line.startswith("| ") and " s" in line][1:]  # the header, then a row a run
+    assert [row.split(" | ")[0][2:] for row in rows] == ["serial", "aot_eager", "coverage",
+                                                         "project"]
+    assert "beside" not in rows[0]  # a timed run runs alone
+    assert "(beside project)" in rows[1] and "(beside project)" in rows[2]
+    assert "(beside aot_eager, coverage)" in rows[3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "aot_eager.log", "coverage.log", "project.log", "serial.log", "summary.md"]
