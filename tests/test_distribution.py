@@ -1,5 +1,6 @@
-"""The order in which an xdist run hands out its items (plugin/distribution.py): every
-group spread evenly, the same order in every worker, file order everywhere else."""
+"""The order in which an xdist run hands out its items (plugin/distribution.py): the checks
+made per device first, each test function's items together; the op-list checks' groups
+after them, spread evenly; the same order in every worker, file order everywhere else."""
 
 from __future__ import annotations
 
@@ -12,26 +13,37 @@ from amp_conformance.plugin import distribution
 from amp_conformance.plugin.xdist_roles import DIST_KEY
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_oplist", "amp_conformance.suite.test_regions",
-         "-k", "bfloat16 and (torch_16 or region) and (test_policy or test_region)",
+         "-k", "bfloat16 and (torch_16 or region) and (test_policy or test_numerics or test_region)",
          "-p", "no:cacheprovider", "-p", "no:randomly")
 
 
 class _Item:
-    def __init__(self, nodeid: str, check: bool = True, scope: str = "function"):
+    def __init__(self, nodeid: str, check: str | None = "policy", scope: str = "function"):
         self.nodeid = nodeid
-        self.check = check
+        self.check = check  # policy: an op-list check; regions: one made per device
         fixturedef = SimpleNamespace(scope=scope)
         self._fixtureinfo = SimpleNamespace(name2fixturedefs={"f": [fixturedef]})
 
     def get_closest_marker(self, name):
-        return object() if self.check and name == "amp_check" else None
+        if self.check and name == "amp_check":
+            return SimpleNamespace(args=(self.check,))
+        return None
 
     def __repr__(self) -> str:
         return self.nodeid
 
 
-def _items(**groups: int) -> list[_Item]:
-    return [_Item(f"t.py::{name}[{j}]") for name, n in groups.items() for j in range(n)]
+def _items(check: str = "policy", **groups: int) -> list[_Item]:
+    return [_Item(f"t.py::{name}[{j}]", check) for name, n in groups.items() for j in range(n)]
+
+
+def test_per_device_checks_come_first_whole_and_the_op_list_checks_spread_after():
+    regions, compiled = _items("regions", regions=3), _items("compile_regions", compile=2)
+    items = [*_items(slow=2, cheap=4)[:3], *compiled, *_items(slow=2, cheap=4)[3:], *regions]
+    order = [i.nodeid for i in distribution.order(items)]
+    assert order == ["t.py::compile[0]", "t.py::compile[1]", "t.py::regions[0]",
+                     "t.py::regions[1]", "t.py::regions[2]", "t.py::cheap[0]", "t.py::slow[0]",
+                     "t.py::cheap[1]", "t.py::cheap[2]", "t.py::slow[1]", "t.py::cheap[3]"]
 
 
 def test_each_group_is_spread_evenly_over_the_run():
@@ -60,11 +72,14 @@ def _config(dist: str | None) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize("dist", distribution.SPREAD_UNDER)
-def test_a_worker_under_load_or_worksteal_spreads(dist):
-    items = _items(slow=2, cheap=6)
+def test_a_worker_under_load_or_worksteal_reorders(dist):
+    def made() -> list[_Item]:
+        return [*_items(slow=2, cheap=6), *_items("regions", regions=2)]
+
+    items = made()
     distribution.pytest_collection_modifyitems(_config(dist), items)
-    spread = [i.nodeid for i in distribution.spread(_items(slow=2, cheap=6))]
-    assert [i.nodeid for i in items] == spread != [i.nodeid for i in _items(slow=2, cheap=6)]
+    ordered = [i.nodeid for i in distribution.order(made())]
+    assert [i.nodeid for i in items] == ordered != [i.nodeid for i in made()]
 
 
 @pytest.mark.parametrize("why", ["serial", "loadscope", "another project's items",
@@ -72,7 +87,7 @@ def test_a_worker_under_load_or_worksteal_spreads(dist):
 def test_otherwise_file_order_is_kept(why):
     items = _items(slow=2, cheap=6)
     if why == "another project's items":
-        items = [_Item(i.nodeid, check=False) for i in items]
+        items = [_Item(i.nodeid, check=None) for i in items]
     if why == "a module-scoped fixture":
         items[3] = _Item(items[3].nodeid, scope="module")
     before = [i.nodeid for i in items]
@@ -81,8 +96,8 @@ def test_otherwise_file_order_is_kept(why):
     assert [i.nodeid for i in items] == before
 
 
-def test_every_worker_runs_in_the_spread_order(pytester):
-    """Under -n 2 both workers collect the spread order (xdist refuses differing ones), and
+def test_every_worker_runs_in_the_same_order(pytester):
+    """Under -n 2 both workers collect the same order (xdist refuses differing ones), and
     every item runs once; serially, file order."""
     pytester.makeconftest("""
         import json, pytest
@@ -103,7 +118,11 @@ def test_every_worker_runs_in_the_spread_order(pytester):
     assert sorted(orders) == ["gw0", "gw1", "main"]
     assert orders["gw0"] == orders["gw1"] != orders["main"]
     assert sorted(orders["gw0"]) == sorted(orders["main"])
-    spread, half = orders["gw0"], len(orders["gw0"]) / 2
+    ordered = orders["gw0"]
+    regions = [i for i, nodeid in enumerate(ordered) if "test_regions.py" in nodeid]
+    assert regions == list(range(len(regions))) != []  # the per-device checks first, whole
+    spread = ordered[len(regions):]
+    half = len(spread) / 2
     groups = {nodeid.partition("[")[0] for nodeid in spread}
     assert len(groups) > 1
     for group in groups:  # in file order a group sits in one part of the run; here, in both
