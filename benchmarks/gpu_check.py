@@ -6,12 +6,15 @@
 Runs, each from an empty temporary directory against the installed package (the project's
 tests from this checkout), with a conformance report where the run is the suite:
 
+- ``coverage``: ``python -m amp_conformance coverage --device DEV``. First: it calls every
+  op-list entry once on the device, so the timed runs after it measure the suite rather than
+  the machine's first use of torch (its libraries read from disk, the kernels torch
+  compiles at run time written to its kernel cache), as on any machine that ran torch before
 - ``serial``: ``pytest --pyargs amp_conformance --device DEV``
 - ``xdist``: the same with ``-n auto``
 - ``aot_eager``, ``inductor``: the same with ``-n auto --amp-compile BACKEND``
 - ``opinfo``: the operator-surface tier, ``-n auto --amp-opinfo -k test_opinfo`` (needs
   expecttest, as PyTorch's op_db does)
-- ``coverage``: ``python -m amp_conformance coverage --device DEV``
 - ``project``: ``pytest -n auto tests`` in the checkout
 
 and writes a Markdown summary (per run: command, pytest's summary counts, wall time, exit
@@ -19,8 +22,8 @@ status, the first line of each failure, read from the JSON reports where there a
 where each suite run's time went: its tiers and slowest check families) to
 ``DIR/summary.md`` (default ``gpu-check/``, rewritten after each run, so a check cut off
 keeps what it finished) and stdout; reports and logs go beside it.
-``--overlap`` starts ``project`` beside the untimed runs (the compile tiers, opinfo,
-coverage) rather than after them, so the check fits a short lease of the device; the runs
+``--overlap`` starts ``project`` beside the untimed runs after the timed ones (the compile
+tiers, opinfo) rather than after them, so the check fits a short lease of the device; the runs
 whose times are the targets (``serial``, ``xdist``) still run alone, and the summary says
 which ran beside which.
 Without the device it says so and exits 2: it never writes a summary where nothing ran.
@@ -46,7 +49,7 @@ from pathlib import Path
 from suite_speed import SUMMARY
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-RUNS = ("serial", "xdist", "aot_eager", "inductor", "opinfo", "coverage", "project")
+RUNS = ("coverage", "serial", "xdist", "aot_eager", "inductor", "opinfo", "project")
 #: failures listed per run in the summary (the rest are counted)
 MAX_FAILURES = 25
 #: the runs whose wall times are the check's targets: never run beside another
@@ -330,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="auto", help="-n of the parallel runs (default auto)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     parser.add_argument("--overlap", action="store_true",
-                        help=f"run {OVERLAPPED!r} beside the untimed runs (the compile tiers, "
-                             f"opinfo, coverage) instead of after them; the timed ones "
+                        help=f"run {OVERLAPPED!r} beside the untimed runs that follow the timed "
+                             f"ones (the compile tiers, opinfo) instead of after them; the timed ones "
                              f"({', '.join(TIMED)}) still run alone")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
@@ -360,10 +363,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{outcome.summary}", flush=True)
         (out / "summary.md").write_text(render(args.device, machine, outcomes))
 
-    for run in runs:
+    last_timed = max((i for i, r in enumerate(runs) if r.name in TIMED), default=-1)
+    for i, run in enumerate(runs):
         if run is aside:
             continue
-        if aside is not None and started is None and run.name not in TIMED:
+        if aside is not None and started is None and i > last_timed:
             print(f"[{aside.name}] {aside.command} (beside the runs that follow)", flush=True)
             started = start(aside, out)
         print(f"[{run.name}] {run.command}", flush=True)

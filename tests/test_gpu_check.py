@@ -29,6 +29,7 @@ def test_dry_run_lists_every_run(tmp_path):
     lines = done.stdout.strip().splitlines()
     suite = "python -m pytest --pyargs amp_conformance --device cuda -q -p no:cacheprovider"
     assert lines == [
+        "[coverage] (empty dir) python -m amp_conformance coverage --device cuda -q",
         f"[serial] (empty dir) {suite} --conformance-report {tmp_path}/serial.json",
         f"[xdist] (empty dir) {suite} -n auto --conformance-report {tmp_path}/xdist.json",
         f"[aot_eager] (empty dir) {suite} -n auto --amp-compile aot_eager "
@@ -37,7 +38,6 @@ def test_dry_run_lists_every_run(tmp_path):
         f"--conformance-report {tmp_path}/inductor.json",
         f"[opinfo] (empty dir) {suite} -n auto --amp-opinfo -k test_opinfo "
         f"--conformance-report {tmp_path}/opinfo.json",
-        "[coverage] (empty dir) python -m amp_conformance coverage --device cuda -q",
         f"[project] (checkout) python -m pytest -n auto -q tests --junitxml {tmp_path}/project.xml",
     ]
     assert not list(tmp_path.iterdir()), "a dry run writes nothing"
@@ -45,8 +45,8 @@ def test_dry_run_lists_every_run(tmp_path):
 
 def test_only_picks_runs_and_refuses_an_unknown_one(gpu_check, tmp_path):
     runs = gpu_check.plan("xpu", tmp_path, ("coverage", "serial"), workers="4")
-    assert [r.name for r in runs] == ["serial", "coverage"]  # in the check's order
-    assert "--device xpu" in runs[0].command and runs[0].report == tmp_path / "serial.json"
+    assert [r.name for r in runs] == ["coverage", "serial"]  # in the check's order
+    assert "--device xpu" in runs[1].command and runs[1].report == tmp_path / "serial.json"
     with pytest.raises(ValueError, match="unknown run nightly"):
         gpu_check.plan("cuda", tmp_path, ("nightly",))
 
@@ -150,8 +150,8 @@ def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_p
         code = f"import time; time.sleep({seconds}); print('1 passed in {seconds}s')"
         return gpu_check.Run(name, (sys.executable, "-c", code), in_checkout=name == "project")
 
-    runs = [fake("serial", 0.0), fake("aot_eager", 1.5), fake("coverage", 0.0),
-            fake("project", 1.5)]
+    runs = [fake("coverage", 0.0), fake("serial", 0.0), fake("aot_eager", 1.5),
+            fake("opinfo", 0.0), fake("project", 1.5)]
     monkeypatch.setattr(gpu_check, "plan", lambda *args, **kwargs: runs)
     monkeypatch.setattr(gpu_check, "missing_device", lambda device: None)
     monkeypatch.setattr(gpu_check, "describe_machine", lambda device: "m")
@@ -160,10 +160,10 @@ def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_p
     assert time.perf_counter() - began < 2.9  # aot_eager and project side by side
     rows = [line for line in (tmp_path / "summary.md").read_text().splitlines()
             if line.startswith("| ") and " s" in line][1:]  # the header, then a row a run
-    assert [row.split(" | ")[0][2:] for row in rows] == ["serial", "aot_eager", "coverage",
-                                                         "project"]
-    assert "beside" not in rows[0]  # a timed run runs alone
-    assert "(beside project)" in rows[1] and "(beside project)" in rows[2]
-    assert "(beside aot_eager, coverage)" in rows[3]
+    assert [row.split(" | ")[0][2:] for row in rows] == ["coverage", "serial", "aot_eager",
+                                                         "opinfo", "project"]
+    assert "beside" not in rows[0] + rows[1]  # nothing runs beside a timed run, nor before it
+    assert "(beside project)" in rows[2] and "(beside project)" in rows[3]
+    assert "(beside aot_eager, opinfo)" in rows[4]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "aot_eager.log", "coverage.log", "project.log", "serial.log", "summary.md"]
+        "aot_eager.log", "coverage.log", "opinfo.log", "project.log", "serial.log", "summary.md"]
