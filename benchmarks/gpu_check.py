@@ -241,6 +241,26 @@ def start(run: Run, out: Path) -> Started:
     return Started(run, proc, stdout, stderr, time.perf_counter(), empty)
 
 
+#: seconds a run stopped by its timeout has to write its summary and reports
+GRACE = 30.0
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a run past its timeout as Ctrl-C would (pytest then prints its short summary,
+    naming every failure so far, and writes its reports), and all of it when that does not
+    end it within :data:`GRACE` seconds."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def finish(started: Started, out: Path, timeout: float, beside: str = "") -> Outcome:
     """Wait for a started run (at most ``timeout`` seconds from its start), write its log
     (``out/<name>.log``) and read what it gave. ``beside``: the run that ran alongside."""
@@ -249,9 +269,8 @@ def finish(started: Started, out: Path, timeout: float, beside: str = "") -> Out
         status: int | None = started.proc.wait(
             timeout=max(0.0, timeout - (time.perf_counter() - started.began)))
     except subprocess.TimeoutExpired:
-        os.killpg(started.proc.pid, signal.SIGKILL)
-        started.proc.wait()
         status = None
+        stop(started.proc)
     wall = time.perf_counter() - started.began
     started.empty.cleanup()
     stdout, stderr = started.stdout.read_text(), started.stderr.read_text()

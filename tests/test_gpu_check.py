@@ -7,7 +7,6 @@ import importlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -146,24 +145,40 @@ def test_the_summary_says_where_each_suite_runs_time_went(gpu_check, tmp_path):
 
 
 def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_path, monkeypatch):
-    def fake(name: str, seconds: float) -> object:
-        code = f"import time; time.sleep({seconds}); print('1 passed in {seconds}s')"
+    def fake(name: str, body: str = "pass") -> object:
+        code = f"import time, pathlib; {body}; print('1 passed in 0.1s')"
         return gpu_check.Run(name, (sys.executable, "-c", code), in_checkout=name == "project")
 
-    runs = [fake("coverage", 0.0), fake("serial", 0.0), fake("aot_eager", 1.5),
-            fake("opinfo", 0.0), fake("project", 1.5)]
+    began, ended = tmp_path / "project.began", tmp_path / "aot_eager.ended"
+    runs = [fake("coverage"), fake("serial"),
+            fake("aot_eager", f"time.sleep(1); pathlib.Path({str(ended)!r}).write_text('')"),
+            fake("opinfo"),
+            fake("project", f"pathlib.Path({str(began)!r}).write_text("
+                            f"str(pathlib.Path({str(ended)!r}).exists()))")]
     monkeypatch.setattr(gpu_check, "plan", lambda *args, **kwargs: runs)
     monkeypatch.setattr(gpu_check, "missing_device", lambda device: None)
     monkeypatch.setattr(gpu_check, "describe_machine", lambda device: "m")
-    began = time.perf_counter()
-    assert gpu_check.main(["--out", str(tmp_path), "--overlap"]) == 0
-    assert time.perf_counter() - began < 2.9  # aot_eager and project side by side
-    rows = [line for line in (tmp_path / "summary.md").read_text().splitlines()
+    out = tmp_path / "out"
+    assert gpu_check.main(["--out", str(out), "--overlap"]) == 0
+    assert began.read_text() == "False"  # the project began before aot_eager ended
+    rows = [line for line in (out / "summary.md").read_text().splitlines()
             if line.startswith("| ") and " s" in line][1:]  # the header, then a row a run
     assert [row.split(" | ")[0][2:] for row in rows] == ["coverage", "serial", "aot_eager",
                                                          "opinfo", "project"]
     assert "beside" not in rows[0] + rows[1]  # nothing runs beside a timed run, nor before it
     assert "(beside project)" in rows[2] and "(beside project)" in rows[3]
     assert "(beside aot_eager, opinfo)" in rows[4]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in out.iterdir()) == [
         "aot_eager.log", "coverage.log", "opinfo.log", "project.log", "serial.log", "summary.md"]
+
+
+def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_check, tmp_path):
+    """Stopped as Ctrl-C stops pytest: its short summary still names the failures."""
+    (tmp_path / "test_slow.py").write_text(
+        "import time\n\ndef test_fails():\n    assert False\n\n"
+        "def test_hangs():\n    time.sleep(60)\n")
+    run = gpu_check.Run("project", (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                    str(tmp_path / "test_slow.py")))
+    outcome = gpu_check.finish(gpu_check.start(run, tmp_path), tmp_path, timeout=5.0)
+    assert outcome.exit_status is None and outcome.note.startswith("timed out after 5 s")
+    assert len(outcome.failures) == 1 and "test_slow.py::test_fails" in outcome.failures[0]
