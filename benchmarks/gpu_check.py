@@ -26,6 +26,8 @@ keeps what it finished) and stdout; reports and logs go beside it.
 tiers, opinfo) rather than after them, so the check fits a short lease of the device; the runs
 whose times are the targets (``serial``, ``xdist``) still run alone, and the summary says
 which ran beside which.
+``--publish gpu-check/summary.md`` keeps a check's summary as ``docs/data/gpu-check.md`` and
+shows it in ``docs/gpu.md`` (a project test holds the page to the kept file).
 Without the device it says so and exits 2: it never writes a summary where nothing ran.
 Exit status: 0 when every run exited 0, else 1.
 """
@@ -49,6 +51,10 @@ from pathlib import Path
 from suite_speed import SUMMARY
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+#: the page that shows the last check, its generated section's markers, and the summary kept
+DOC = CHECKOUT / "docs" / "gpu.md"
+BEGIN, END = "<!-- gpu-check:begin -->", "<!-- gpu-check:end -->"
+KEPT = CHECKOUT / "docs" / "data" / "gpu-check.md"
 RUNS = ("coverage", "serial", "xdist", "aot_eager", "inductor", "opinfo", "project")
 #: failures listed per run in the summary (the rest are counted)
 MAX_FAILURES = 25
@@ -342,6 +348,21 @@ def describe_machine(device: str) -> str:
     return f"{name}, torch {torch.__version__}, Python {sys.version.split()[0]}"
 
 
+def as_section(summary: str) -> str:
+    """A check's summary as docs/gpu.md shows it: its headings two levels down."""
+    return "".join(f"##{line}" if line.startswith("#") else line
+                   for line in summary.splitlines(keepends=True))
+
+
+def publish(summary: Path, doc: Path = DOC, kept: Path = KEPT) -> None:
+    """Keep a check's summary (``kept``) and show it in ``doc``'s generated section."""
+    from amp_conformance.core import generated
+
+    text = summary.read_text(encoding="utf-8")
+    kept.write_text(text, encoding="utf-8")
+    generated.write(doc, BEGIN, END, as_section(text).rstrip("\n"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="device type to check (default: cuda)")
@@ -356,7 +377,14 @@ def main(argv: list[str] | None = None) -> int:
                              f"ones (the compile tiers, opinfo) instead of after them; the timed ones "
                              f"({', '.join(TIMED)}) still run alone")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--publish", type=Path, metavar="SUMMARY",
+                        help="run nothing: keep SUMMARY (a check's summary.md) as "
+                             "docs/data/gpu-check.md and show it in docs/gpu.md")
     args = parser.parse_args(argv)
+    if args.publish is not None:
+        publish(args.publish)
+        print(f"{KEPT.relative_to(CHECKOUT)} and {DOC.relative_to(CHECKOUT)} show {args.publish}")
+        return 0
     out = args.out.resolve()
     try:
         runs = plan(args.device, out, tuple(filter(None, args.only.split(","))), args.workers)

@@ -182,3 +182,24 @@ def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_
     outcome = gpu_check.finish(gpu_check.start(run, tmp_path), tmp_path, timeout=5.0)
     assert outcome.exit_status is None and outcome.note.startswith("timed out after 5 s")
     assert len(outcome.failures) == 1 and "test_slow.py::test_fails" in outcome.failures[0]
+
+
+def test_the_page_shows_the_kept_summary_of_the_last_check(gpu_check):
+    """docs/gpu.md's last check is the check's own summary (``--publish``), never typed."""
+    from amp_conformance.core import generated
+
+    shown = generated.section(gpu_check.DOC.read_text(encoding="utf-8"), gpu_check.BEGIN,
+                              gpu_check.END)
+    kept = gpu_check.KEPT.read_text(encoding="utf-8")
+    assert shown == gpu_check.as_section(kept).strip("\n") + "\n"
+    assert kept.startswith("# GPU check: cuda (NVIDIA H200")
+
+
+def test_publish_keeps_a_summary_and_rewrites_only_the_section(gpu_check, tmp_path):
+    doc, kept, summary = tmp_path / "gpu.md", tmp_path / "kept.md", tmp_path / "summary.md"
+    doc.write_text(f"# On a GPU\n\n{gpu_check.BEGIN}\nold\n{gpu_check.END}\n\nafter\n")
+    summary.write_text("# GPU check: x\n\n| run |\n\n## Where the time went\n")
+    gpu_check.publish(summary, doc, kept)
+    assert kept.read_text() == summary.read_text()
+    assert doc.read_text() == (f"# On a GPU\n\n{gpu_check.BEGIN}\n\n### GPU check: x\n\n| run |\n\n"
+                               f"#### Where the time went\n{gpu_check.END}\n\nafter\n")
