@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 
 #: command name -> (module, one-line help)
@@ -45,6 +46,17 @@ EPILOG = """examples:
 `python -m amp_conformance COMMAND --help` says more of each."""
 
 
+def unrecognized(args: argparse.Namespace, argv: list[str], extra: list[str]) -> str:
+    """What to say of arguments no command takes: for one that hands the rest to pytest
+    (``run``), the command line with ``--`` where pytest's arguments begin."""
+    said = f"unrecognized arguments: {' '.join(extra)}"
+    if not hasattr(args, "pytest_args") or "--" in argv:
+        return said
+    at = argv.index(extra[0])
+    fixed = shlex.join(["python", "-m", "amp_conformance", *argv[:at], "--", *argv[at:]])
+    return f"{said}\n  pytest's arguments go after --: {fixed}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m amp_conformance", description=DESCRIPTION,
                                      epilog=EPILOG,
@@ -53,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(unrecognized(args, argv, extra))
     if args.command is None:
         parser.print_help()
         return 2
