@@ -244,3 +244,31 @@ def test_exclusion_is_counted_and_a_stale_one_listed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "exclude aten::relu: not in the AutocastCPU policy" in out
+
+
+def test_each_note_says_whether_it_asks_for_action(tmp_path, capsys):
+    """PyTorch's recorded defect and what is for other runs are information; a needless
+    [[exclude]] and an entry that raises for no recorded reason ask the list's owner to act."""
+    assert main(["coverage", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    notes = out[out.index("notes ("):].splitlines()
+    assert re.fullmatch(r"notes \((\d+): 0 to act on, \1 for information\):", notes[0])
+    defect = [n for n in notes if "entry cat-mixed-lower-precision raised while observed" in n]
+    assert defect and defect[0].startswith("  info ")
+    assert "PyTorch's own defect prioritize-mixed-lower-precision" in defect[0]
+    path = tmp_path / "acts.toml"
+    path.write_text(HEADER + textwrap.dedent("""\
+        [[entry]]
+        id = "mm-odd"
+        op = "mm"
+        category = "torch_16"
+        args = [{shape = [8, 8], dtype = "amp"}, {shape = [3, 3], dtype = "amp"}]
+
+        [[exclude]]
+        overload = "aten::mm"
+        reason = "said to be unreachable"
+        """))
+    main(["coverage", "--device", "cpu", "--oplist", str(path)])
+    out = capsys.readouterr().out
+    assert "to act on" in out and "  ACT  entry mm-odd raised while observed" in out
+    assert "the entry's items in the suite's run say which" in out

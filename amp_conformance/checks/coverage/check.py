@@ -262,6 +262,39 @@ def _conditions(x: oplist.Exclusion) -> str:
     return ", ".join(words)
 
 
+def _raised(r: Reach, error: str) -> tuple[bool, str]:
+    """A note on an entry that raised while observed: PyTorch's own recorded defect needs no
+    action; anything else is the device's or the entry's, for its items to say which."""
+    said = f"entry {r.entry.id} raised while observed: {error}"
+    use = r.entry.reference_defect
+    if use is not None and use.defect.applies():
+        return False, f"{said} — PyTorch's own defect {use.id} (oplists/defects.toml), recorded"
+    return True, (f"{said} — a kernel the device lacks or an entry that does not fit it: "
+                  "the entry's items in the suite's run say which")
+
+
+def notes_of(report: Report, verbose: bool = True) -> list[tuple[bool, str]]:
+    """The report's notes, each with whether it asks something of the list's owner."""
+    return (
+        [(True, f"exclude {x.overload}: entries reach it anyway "
+                f"({', '.join(report.covered[x.overload])}) — the [[exclude]] can go")
+         for x in report.needless_exclusions]
+        + [(True, f"entry {r.entry.id} ({r.entry.category}) expects builtin promotion but "
+                  f"enters {', '.join(r.overloads)} — its category or the device's policy is "
+                  "wrong") for r in report.unexpected_kernels]
+        + [(False, f"entry {r.entry.id}: not observed: {r.skipped} — it is for other runs")
+           for r in report.reaches if r.skipped]
+        + [(False, f"exclude {x.overload}: {x.version_gap()} — it is for other torch versions")
+           for x in report.lists.exclusions if x.version_gap()]
+        + [(False, f"exclude {x.overload}: does not hold in this run ({_conditions(x)}) — it "
+                   "is for other runs")
+           for x in report.lists.exclusions
+           if x.version_gap() is None and not x.applies(report.target.fake, report.amp_dtypes)]
+        + ([_raised(r, e) for r in report.reaches for e in r.errors
+            if r not in report.outside_policy] if verbose else [])
+    )
+
+
 def format_report(report: Report, verbose: bool = True) -> str:
     """The report as printed by ``python -m amp_conformance coverage``."""
     lines = [
@@ -295,24 +328,11 @@ def format_report(report: Report, verbose: bool = True) -> str:
     )
     lines.append(f"listed but not in policy ({len(problems)}):")
     lines.extend(problems)
-    notes = (
-        [f"  exclude {x.overload}: entries reach it anyway ({', '.join(report.covered[x.overload])})"
-         for x in report.needless_exclusions]
-        + [f"  entry {r.entry.id} ({r.entry.category}) expects builtin promotion but enters "
-           f"{', '.join(r.overloads)}" for r in report.unexpected_kernels]
-        + [f"  entry {r.entry.id}: not observed: {r.skipped}" for r in report.reaches if r.skipped]
-        + [f"  exclude {x.overload}: {x.version_gap()}"
-           for x in report.lists.exclusions if x.version_gap()]
-        + [f"  exclude {x.overload}: does not hold in this run ({_conditions(x)})"
-           for x in report.lists.exclusions
-           if x.version_gap() is None and not x.applies(report.target.fake, report.amp_dtypes)]
-    )
-    if verbose:
-        notes += [f"  entry {r.entry.id} raised while observed: {e}"
-                  for r in report.reaches for e in r.errors if r not in report.outside_policy]
+    notes = notes_of(report, verbose)
     if notes:
-        lines.append(f"notes ({len(notes)}):")
-        lines.extend(notes)
+        acts = sum(1 for act, _ in notes if act)
+        lines.append(f"notes ({len(notes)}: {acts} to act on, {len(notes) - acts} for information):")
+        lines.extend(f"  {'ACT ' if act else 'info'} {text}" for act, text in notes)
     lines.append(report.summary)
     return "\n".join(lines)
 
