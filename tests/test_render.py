@@ -37,12 +37,25 @@ RED = _report([_item(1, "failed", "AssertionError: lost"), _item(2, "skipped", "
 def test_a_green_run_opens_on_its_verdict_and_folds_its_skips():
     page = render.render_html(GREEN)
     verdict = page.index('class="verdict ok"')
-    assert "CONFORMS: every executed check on cpu passed (1 passed, 1 declared expected " \
-           "failures, 1 skipped)." in page
+    assert "CONFORMS: every executed check on cpu passed (1 passed, 1 expected failures " \
+           "declared for the device, 1 skipped)." in page
     assert verdict < page.index('class="cards"') < page.index('id="families"')
     skips = page.index("id='skips-by-cause'")
     assert page.index('id="defects"') < skips < page.index('id="run"')
     assert "<details><summary>1 skipped items in 1 causes</summary>" in page[skips:]
+
+
+def test_the_verdict_tells_declared_expected_failures_from_pytorchs_recorded_defects():
+    """The user declared one; the suite recorded two of PyTorch's own (a defect, a gap)."""
+    data = _report([_item(1, "passed"), _item(2, "xfailed", "mm is slow here [xfail.txt:3]"),
+                    _item(3, "xfailed", "known PyTorch defect x (https://x): y"),
+                    _item(4, "xfailed", "known torch gap: maia's flag is ignored")])
+    assert banner.verdict(data)[1] == (
+        "CONFORMS: every executed check on cpu passed (1 passed, 1 expected failures declared "
+        "for the device, 2 expected failures that are PyTorch's own recorded defects, "
+        "0 skipped).")
+    only_pytorch = _report([_item(1, "passed"), _item(3, "xfailed", "known PyTorch defect x")])
+    assert "declared" not in banner.verdict(only_pytorch)[1]
 
 
 def test_a_red_run_leads_with_its_failures_and_shows_its_skips_open():

@@ -23,6 +23,18 @@ from amp_conformance.schema.location import builtin_dir
 from amp_conformance.schema.problems import OpListError
 from amp_conformance.schema.versions import release
 
+#: how the reason of an expected failure the suite records itself begins: PyTorch's own
+#: defect, or a gap of torch's API surface (never a user's declaration)
+KNOWN_DEFECT = "known PyTorch defect "
+KNOWN_GAP = "known torch gap: "
+
+
+def is_recorded(reason: str | None) -> bool:
+    """Whether an expected failure is one the suite records (PyTorch's own), not one a
+    user declared in an xfail file."""
+    return bool(reason) and reason.startswith((KNOWN_DEFECT, KNOWN_GAP))
+
+
 DEFECTS_FILE = "defects.toml"
 _KEYS = ("id", "links", "summary", "fixed")
 

@@ -21,6 +21,7 @@ from amp_conformance.core import devices
 from amp_conformance.core.devices import dtype_name
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.target import Target
+from amp_conformance.schema.defects import KNOWN_GAP
 
 
 def _release(version: str | None = None) -> TorchVersion:
@@ -70,7 +71,7 @@ def any_autocast_gap(device: str, version: str | None = None) -> str | None:
     r = _release(version)
     if (since and r < since) or (until and r >= until):
         return None
-    return (f"known torch gap: torch._C._is_any_autocast_enabled() ignores {device}'s flag, "
+    return (f"{KNOWN_GAP}torch._C._is_any_autocast_enabled() ignores {device}'s flag, "
             f"{note}")
 
 

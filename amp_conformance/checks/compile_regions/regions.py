@@ -33,6 +33,7 @@ from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target
+from amp_conformance.schema.defects import KNOWN_DEFECT
 from amp_conformance.schema.defects import registry as defect_registry
 
 
@@ -113,7 +114,7 @@ class Scenario:
         for known_backend, defect_id in self.known:
             defect = defect_registry()[defect_id]
             if known_backend in (backend, "*") and defect.applies(version):
-                return f"known PyTorch defect {defect.cite()}: {defect.summary}"
+                return f"{KNOWN_DEFECT}{defect.cite()}: {defect.summary}"
         return None
 
 
