@@ -75,3 +75,15 @@ def test_a_run_that_is_no_verdict_says_so_first():
     conforms, sentence = banner.verdict(partial)
     assert not conforms and sentence.startswith("PARTIAL VERDICT: every executed check on cpu "
                                                 "passed, but 3 items not run")
+
+
+def test_a_familys_skipped_count_says_why():
+    data = _report([_item(1, "passed"), _item(2, "skipped", "not applicable: no cuda"),
+                    _item(3, "skipped", "not applicable: no cuda"),
+                    _item(4, "skipped", "not applicable: needs torch >= 2.14")])
+    page = render.render_html(data)
+    assert ('<a href="#skips-family-regions" title="not applicable: no cuda">3</a>' in page)
+    assert '<details id="skips-family-regions"><summary>regions: 3 skipped, 2 causes' in page
+    markdown = render.render_markdown(data)
+    assert ("- regions: 3 skipped — 2 × not applicable: no cuda; 1 more causes"
+            in markdown.splitlines())

@@ -91,6 +91,15 @@ def of_results(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return {"failures": group(results), "skips": group(results, ("skipped",))}
 
 
+def skips_by_family(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per check family with skipped items: why, grouped as :func:`group` groups them."""
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for r in data.get("results") or ():
+        if r.get("outcome") == "skipped":
+            by_family.setdefault(r.get("check") or "other", []).append(r)
+    return {family: group(rows, ("skipped",)) for family, rows in by_family.items()}
+
+
 def headcount(rows: list[dict[str, Any]]) -> str:
     """``"459 failures in 12 causes"``."""
     total = sum(r["count"] for r in rows)

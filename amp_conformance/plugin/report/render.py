@@ -257,23 +257,48 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
 
 
-def _count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str) -> str:
+def _count_cell(kind: str, name: str, column: str, row: dict[str, Any],
+                skips: dict[str, list[dict[str, Any]]]) -> str:
+    css = "num fail" if column in ("failed", "error") and row.get(column) else "num"
+    value = row.get(column, 0)
+    why = skips.get(name) if kind == "family" and column == "skipped" and value else None
+    if why:  # the count links to the family's skip causes, the largest on hover
+        value = (f'<a href="#skips-family-{_e(name)}" title="{_e(why[0]["cause"])}">'
+                 f"{value}</a>")
+    return f'<td class="{css}">{value}</td>'
+
+
+def _count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str,
+                 skips: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """Counts per outcome, the pass rate and the items' own time, one row per category or
-    check family."""
+    check family (a family's skipped count links to why, ``skips``)."""
     if not rows:
         return f'<p class="muted">{_e(empty)}</p>'
+    skips = skips or {}
     timed = all("seconds" in row for row in rows.values())
     head = f"<tr><th>{_e(kind)}</th>" + "".join(
         f"<th>{_e(c.replace('_', ' '))}</th>" for c in _COUNT_COLUMNS) + "<th>pass rate</th>" + (
         "<th>items</th><th>time</th>" if timed else "") + "</tr>"
     body = "".join(
         f"<tr><td>{_e(name)}</td>" + "".join(
-            f'<td class="{"num fail" if c in ("failed", "error") and row.get(c) else "num"}">'
-            f"{row.get(c, 0)}</td>" for c in _COUNT_COLUMNS)
+            _count_cell(kind, name, c, row, skips) for c in _COUNT_COLUMNS)
         + f"<td>{_rate(row.get('pass_rate'))}</td>"
         + (f'<td class="num">{row["items"]}</td><td class="num">{_seconds(row["seconds"])}</td>'
            if timed else "") + "</tr>" for name, row in rows.items())
     return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+def _family_skips(skips: dict[str, list[dict[str, Any]]]) -> str:
+    """Why each family's items were skipped, folded: a family per line, its causes inside."""
+    if not skips:
+        return ""
+    blocks = "".join(
+        f'<details id="skips-family-{_e(family)}"><summary>{_e(family)}: '
+        f'{sum(r["count"] for r in rows)} skipped, {len(rows)} causes</summary><table><tbody>'
+        + "".join(f"<tr><td class='num'>{r['count']}</td><td>{_e(r['cause'])}</td></tr>"
+                  for r in rows)
+        + "</tbody></table></details>" for family, rows in skips.items())
+    return f'<div class="muted">Why items were skipped, by family:</div>{blocks}'
 
 
 def timing(data: dict[str, Any]) -> str:
@@ -396,6 +421,8 @@ def _failure_list(failures: _Failures) -> str:
 
 def render_html(data: dict[str, Any]) -> str:
     failures = _Failures()
+    skips = causes.skips_by_family(data)
+    skips = {name: skips[name] for name in family_rows(data) if name in skips}
     ops = _op_matrix(data, failures)
     generic = _generic_matrix(data, failures)
     mode = "fake (policy through FakeTensorMode)" if data.get("fake") else "real device"
@@ -418,8 +445,9 @@ def render_html(data: dict[str, Any]) -> str:
 {_cards(data)}
 {causes.html(data, _e)}
 <h2 id="families">By check family</h2>
-{_count_table("family", family_rows(data), "No items in this run.")}
+{_count_table("family", family_rows(data), "No items in this run.", skips)}
 <p class="muted" id="timing">{_e(timing(data))}</p>
+{_family_skips(skips)}
 {"".join(tier.html(data) for tier in registry.tiers())}
 <h2 id="categories">By op-list category</h2>
 {_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
@@ -455,6 +483,20 @@ def _md_table(kind: str, rows: dict[str, dict[str, Any]]) -> list[str]:
               f"{row['skipped']} | {percent(row['pass_rate'])} |"
               + (f" {row['items']} | {_seconds(row['seconds'])} |" if timed else "")
               for name, row in rows.items()]
+    return [*lines, ""]
+
+
+def _md_family_skips(data: dict[str, Any]) -> list[str]:
+    """Each family's skips in a line: how many, the largest cause, how many causes more."""
+    skips = causes.skips_by_family(data)
+    if not skips:
+        return []
+    lines = ["Why items were skipped, by family:", ""]
+    for family in (f for f in family_rows(data) if f in skips):
+        rows = skips[family]
+        more = f"; {len(rows) - 1} more causes" if len(rows) > 1 else ""
+        lines.append(f"- {family}: {sum(r['count'] for r in rows)} skipped — {rows[0]['count']} "
+                     f"× {rows[0]['cause']}{more}")
     return [*lines, ""]
 
 
@@ -502,6 +544,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         "",
         *_md_table("check family", family_rows(data)),
         *([timing(data), ""] if timing(data) else []),
+        *_md_family_skips(data),
         *causes.markdown(data),
         *_md_lost(data),
         *[line for tier in registry.tiers() for line in tier.markdown(data)],
