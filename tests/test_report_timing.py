@@ -95,6 +95,11 @@ def test_a_real_run_times_its_families(tmp_path):
     total = sum(r["seconds"] for r in data["results"])
     assert data["tiers"]["default"]["seconds"] == pytest.approx(total, abs=1e-2)
     assert 0 < total <= data["run"]["wall"]
+    written = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r."))
+    assert written == ["r.html", "r.journal.jsonl", "r.json", "r.md"]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reports.md").read_text()
+    assert "writes four files" in page  # docs/reports.md names every file a report writes
+    assert all(f"`PATH{name[1:]}`" in page for name in written)
 
 
 @pytest.fixture
