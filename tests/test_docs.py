@@ -187,6 +187,8 @@ def check_amp_conformance(argv: list[str], pytest_options: dict) -> None:
     from amp_conformance import __main__ as cli
 
     parsed = parse_with("python -m amp_conformance", lambda: cli.main(argv), argv)
+    if parsed.extras:  # main() parses the known arguments, then refuses the rest
+        raise CommandError(f"unrecognized arguments: {' '.join(parsed.extras)}")
     pytest_args = getattr(parsed.namespace, "pytest_args", None) or []
     check_pytest(pytest_args[1:] if pytest_args[:1] == ["--"] else pytest_args,
                  pytest_options)
