@@ -257,7 +257,7 @@ def _load(path: Path) -> dict:
 SUMMARY_KEYS = {"passed", "failed", "skipped", "xfailed", "xpassed", "error", "not_applicable",
                 "unfinished", "quarantined"}
 RESULT_KEYS = {"nodeid", "test", "check", "param", "amp_dtype", "category", "entry", "op",
-               "outcome", "message", "observed", "defect"}
+               "outcome", "seconds", "message", "observed", "defect"}
 
 
 def _assert_agrees(data: dict, outcomes: dict[str, int]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from amp_conformance.checks import registry
 from amp_conformance.core.errors import headline
-from amp_conformance.plugin.report import causes, judged
+from amp_conformance.plugin.report import causes, judged, tables
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
     lost_by_op,
@@ -23,7 +23,6 @@ from amp_conformance.plugin.report.banner import (
     run_warning,
     verdict,
 )
-from amp_conformance.plugin.report.journal import families
 
 __all__ = ["render_html", "render_markdown"]
 
@@ -138,13 +137,6 @@ def state_of(result: dict[str, Any]) -> str:
     return result["outcome"]
 
 
-def _rate(rate: float | None) -> str:
-    if rate is None:
-        return '<span class="muted">—</span>'
-    pct = 100 * rate
-    return f'<span class="bar"><span style="width:{pct:.1f}%"></span></span>{pct:.1f}%'
-
-
 def _rest_of_param(result: dict[str, Any], device: str) -> str:
     """The parametrization id without the device and amp dtype parts."""
     param = result.get("param") or ""
@@ -250,75 +242,6 @@ def _generic_matrix(data: dict[str, Any], failures: _Failures) -> str:
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
-_COUNT_COLUMNS = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "not_applicable")
-
-
-def _seconds(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
-
-
-def _count_cell(kind: str, name: str, column: str, row: dict[str, Any],
-                skips: dict[str, list[dict[str, Any]]]) -> str:
-    css = "num fail" if column in ("failed", "error") and row.get(column) else "num"
-    value = row.get(column, 0)
-    why = skips.get(name) if kind == "family" and column == "skipped" and value else None
-    if why:  # the count links to the family's skip causes, the largest on hover
-        value = (f'<a href="#skips-family-{_e(name)}" title="{_e(why[0]["cause"])}">'
-                 f"{value}</a>")
-    return f'<td class="{css}">{value}</td>'
-
-
-def _count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str,
-                 skips: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    """Counts per outcome, the pass rate and the items' own time, one row per category or
-    check family (a family's skipped count links to why, ``skips``)."""
-    if not rows:
-        return f'<p class="muted">{_e(empty)}</p>'
-    skips = skips or {}
-    timed = all("seconds" in row for row in rows.values())
-    head = f"<tr><th>{_e(kind)}</th>" + "".join(
-        f"<th>{_e(c.replace('_', ' '))}</th>" for c in _COUNT_COLUMNS) + "<th>pass rate</th>" + (
-        "<th>items</th><th>time</th>" if timed else "") + "</tr>"
-    body = "".join(
-        f"<tr><td>{_e(name)}</td>" + "".join(
-            _count_cell(kind, name, c, row, skips) for c in _COUNT_COLUMNS)
-        + f"<td>{_rate(row.get('pass_rate'))}</td>"
-        + (f'<td class="num">{row["items"]}</td><td class="num">{_seconds(row["seconds"])}</td>'
-           if timed else "") + "</tr>" for name, row in rows.items())
-    return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
-
-
-def _family_skips(skips: dict[str, list[dict[str, Any]]]) -> str:
-    """Why each family's items were skipped, folded: a family per line, its causes inside."""
-    if not skips:
-        return ""
-    blocks = "".join(
-        f'<details id="skips-family-{_e(family)}"><summary>{_e(family)}: '
-        f'{sum(r["count"] for r in rows)} skipped, {len(rows)} causes</summary><table><tbody>'
-        + "".join(f"<tr><td class='num'>{r['count']}</td><td>{_e(r['cause'])}</td></tr>"
-                  for r in rows)
-        + "</tbody></table></details>" for family, rows in skips.items())
-    return f'<div class="muted">Why items were skipped, by family:</div>{blocks}'
-
-
-def timing(data: dict[str, Any]) -> str:
-    """One line: the run's wall time and each tier's items and own time (empty for a report
-    older than the timings)."""
-    tiers, wall = data.get("tiers"), (data.get("run") or {}).get("wall")
-    if not tiers:
-        return ""
-    parts = [f"{name} {row['items']} items, {_seconds(row['seconds'])}"
-             + (f" ({row['option']})" if row.get("option") else "")
-             for name, row in tiers.items() if row["items"]]
-    return (f"Wall {_seconds(wall)}; the items' own time (setup, call and teardown, summed over "
-            f"workers) by tier: {' · '.join(parts)}")
-
-
-def family_rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The report's per-family counts (computed from the results for an older report)."""
-    return data.get("families") or families(data.get("results") or [])
-
-
 def _cards(data: dict[str, Any]) -> str:
     s, run = data["summary"], data.get("run") or {}
     total = sum(s.get(k, 0) for k in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"))
@@ -422,7 +345,7 @@ def _failure_list(failures: _Failures) -> str:
 def render_html(data: dict[str, Any]) -> str:
     failures = _Failures()
     skips = causes.skips_by_family(data)
-    skips = {name: skips[name] for name in family_rows(data) if name in skips}
+    skips = {name: skips[name] for name in tables.family_rows(data) if name in skips}
     ops = _op_matrix(data, failures)
     generic = _generic_matrix(data, failures)
     mode = "fake (policy through FakeTensorMode)" if data.get("fake") else "real device"
@@ -445,12 +368,12 @@ def render_html(data: dict[str, Any]) -> str:
 {_cards(data)}
 {causes.html(data, _e)}
 <h2 id="families">By check family</h2>
-{_count_table("family", family_rows(data), "No items in this run.", skips)}
-<p class="muted" id="timing">{_e(timing(data))}</p>
-{_family_skips(skips)}
+{tables.count_table("family", tables.family_rows(data), "No items in this run.", skips)}
+<p class="muted" id="timing">{_e(tables.timing(data))}</p>
+{tables.family_skips(skips)}
 {"".join(tier.html(data) for tier in registry.tiers())}
 <h2 id="categories">By op-list category</h2>
-{_count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
+{tables.count_table("category", data.get("categories") or {}, "No op-list items in this run.")}
 <h2 id="oplists">Op lists: op × autocast dtype × check</h2>
 {_legend()}
 {controls}
@@ -470,34 +393,6 @@ def render_html(data: dict[str, Any]) -> str:
 (<code>pytest --conformance-report</code>)</footer>
 </main></body></html>
 """
-
-
-def _md_table(kind: str, rows: dict[str, dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    timed = all("seconds" in row for row in rows.values())
-    lines = [f"| {kind} | passed | failed | errors | xfailed | skipped | pass rate |"
-             + (" items | time |" if timed else ""),
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if timed else "")]
-    lines += [f"| {name} | {row['passed']} | {row['failed']} | {row['error']} | {row['xfailed']} | "
-              f"{row['skipped']} | {percent(row['pass_rate'])} |"
-              + (f" {row['items']} | {_seconds(row['seconds'])} |" if timed else "")
-              for name, row in rows.items()]
-    return [*lines, ""]
-
-
-def _md_family_skips(data: dict[str, Any]) -> list[str]:
-    """Each family's skips in a line: how many, the largest cause, how many causes more."""
-    skips = causes.skips_by_family(data)
-    if not skips:
-        return []
-    lines = ["Why items were skipped, by family:", ""]
-    for family in (f for f in family_rows(data) if f in skips):
-        rows = skips[family]
-        more = f"; {len(rows) - 1} more causes" if len(rows) > 1 else ""
-        lines.append(f"- {family}: {sum(r['count'] for r in rows)} skipped — {rows[0]['count']} "
-                     f"× {rows[0]['cause']}{more}")
-    return [*lines, ""]
 
 
 def _md_list(title: str, rows: list[dict[str, Any]], limit: int) -> list[str]:
@@ -542,13 +437,13 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         f"Autocast dtypes {', '.join(data.get('amp_dtypes') or []) or '—'}, numerics "
         f"{data.get('numerics')}, Python {data.get('python')}.",
         "",
-        *_md_table("check family", family_rows(data)),
-        *([timing(data), ""] if timing(data) else []),
-        *_md_family_skips(data),
+        *tables.md_table("check family", tables.family_rows(data)),
+        *([tables.timing(data), ""] if tables.timing(data) else []),
+        *tables.md_family_skips(data),
         *causes.markdown(data),
         *_md_lost(data),
         *[line for tier in registry.tiers() for line in tier.markdown(data)],
-        *_md_table("op-list category", data.get("categories") or {}),
+        *tables.md_table("op-list category", data.get("categories") or {}),
         *_md_list("Failures", [r for r in data["results"] if state_of(r) in _PROBLEMS], max_failures),
         *_md_list("Expected failures", expected_failures(data), max_failures),
     ]
