@@ -8,6 +8,7 @@ import torch
 
 from amp_conformance.core.casting import tensors_in
 from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.modes import outside_modes
 
 
 def tolerance_kwargs(numerics: str, tolerance: Any = None) -> dict[str, float]:
@@ -20,7 +21,13 @@ def tolerance_kwargs(numerics: str, tolerance: Any = None) -> dict[str, float]:
 
 
 def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
-    """Bitwise (default) or close comparison of two outputs of any nesting."""
+    """Bitwise (default) or close comparison of two outputs of any nesting, outside every
+    user mode (a backend's tensors read themselves back through their own class)."""
+    with outside_modes():
+        _compare(actual, expected, numerics, tolerance, what)
+
+
+def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise ConformanceFailure(f"{what}: got {type(actual).__name__}, expected a tensor")
@@ -37,12 +44,12 @@ def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            compare(a, e, numerics, tolerance, f"{what}[{i}]")
+            _compare(a, e, numerics, tolerance, f"{what}[{i}]")
     elif isinstance(expected, dict):
         if not isinstance(actual, dict) or list(actual) != list(expected):
             raise ConformanceFailure(f"{what}: got {_keys(actual)}, expected {_keys(expected)}")
         for key, e in expected.items():
-            compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]")
+            _compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]")
     elif actual != expected:
         raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")
 

@@ -11,7 +11,9 @@ PrivateUse1 the ``pymode`` device and keeps two modes active in the whole proces
   kernel; every other op of every device passes through it;
 - a **function mode** that "lowers" every torch function call and cannot lower the dtype
   utilities (``torch.promote_types``, ``result_type``, ``can_cast``): it raises for them,
-  whoever calls them.
+  whoever calls them; and the dispatch mode, which sees their aten ops too (they take no
+  tensor), refuses them with an exception class of its own (:class:`OperatorNotFound`),
+  as a backend that lowers aten ops does for what it has no lowering of.
 
 Its own autocast policy (``POLICY``) is registered under ``AutocastPrivateUse1``; the op
 list ``amp_pymode.toml`` beside it says the same. The suite must judge this backend by its
@@ -33,6 +35,12 @@ NAME = "pymode"
 MISSING = frozenset({"convolution", "_convolution", "convolution_backward",
                      "_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_"})
 UNLOWERABLE = (torch.promote_types, torch.result_type, torch.can_cast)
+#: the aten ops of those utilities: tensor-less, seen by the dispatch mode all the same
+TENSORLESS = frozenset({"promote_types", "result_type", "can_cast"})
+
+
+class OperatorNotFound(Exception):
+    """The backend's own word for an op it cannot lower (no RuntimeError, no torch message)."""
 POLICY = {"mm": "lower", "bmm": "lower", "addmm": "lower", "linear": "lower",
           "exp": "fp32", "log": "fp32", "mse_loss": "fp32", "cat": "promote",
           "stack": "promote"}
@@ -119,6 +127,9 @@ class HostOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        name = func._schema.name.split("::")[-1]
+        if name in TENSORLESS:
+            raise OperatorNotFound(f"Operator with name aten::{name} has no lowering")
         if not any(isinstance(a, PyModeTensor) for a in tree_leaves((args, kwargs))) \
                 and not _on_device(kwargs.get("device")):
             return func(*args, **kwargs)
