@@ -42,6 +42,20 @@ def test_each_missing_op_is_one_cause_whatever_the_item():
                        "fakegpu has no kernel for aten::addmm": 1}
 
 
+def test_an_op_the_backend_cannot_run_in_its_own_words_is_one_cause_per_op():
+    """Recognised by behaviour (the entry's call raises outside autocast too), whatever the
+    backend's exception class and wording: one row per op, its words in the example."""
+    rows = [{"nodeid": f"t::{i}[{op}]", "outcome": "failed", "op": op,
+             "message": f"pymode cannot run aten::{op} (outside autocast too): OperatorNotFound: "
+                        f"Operator with name aten::{op} has no lowering (id {i})\n..."}
+            for i, op in enumerate(["convolution", "convolution", "mm"])]
+    grouped = {r["cause"]: (r["count"], r["example"]) for r in group(rows)}
+    assert grouped["pymode cannot run aten::convolution (outside autocast too)"][0] == 2
+    assert grouped["pymode cannot run aten::mm (outside autocast too)"] == (
+        1, "pymode cannot run aten::mm (outside autocast too): OperatorNotFound: Operator with "
+           "name aten::mm has no lowering (id 2)")
+
+
 @needs_python_backend
 @pytest.mark.parametrize("select,lacking,outcome,says", [
     ("torch_16-mm", "mm", "failed",

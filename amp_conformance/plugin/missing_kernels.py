@@ -3,7 +3,12 @@
 When an item fails because the dispatcher found no kernel for an op on the device
 ("Could not run 'aten::X' with arguments from the 'PrivateUse1' backend", or a backend in
 Python's "all __torch_dispatch__ handlers returned NotImplemented", raised or quoted in a
-check's message), the item says "``<device>`` has no kernel for ``aten::X``": a failure
+check's message), the item says "``<device>`` has no kernel for ``aten::X``". Where a
+backend says so in words of its own (any exception class), an op-list item is judged by
+behaviour: if the entry's own call raises on the device outside autocast too, on its
+inputs as made and on them cast by hand to the amp dtype, the item says "``<device>``
+cannot run ``X`` (outside autocast too): <what it raised>" (``X`` the ``aten::`` op its
+error names, else the entry's op). Either is a failure
 where the op is in the device's policy (an op of its op lists, the item's own op, or one its
 own call cannot run without: conv2d at ``aten::convolution``), a not-applicable skip where
 the check only needs it as a tool (GradScaler's kernels for a training check,
@@ -17,18 +22,22 @@ declares, and ``run --draft-declarations`` drafts it from the failure.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import pytest
 
 from amp_conformance.checks import registry
 from amp_conformance.checks.case import load_oplist
-from amp_conformance.core.errors import missing_kernel
+from amp_conformance.core.casting import hand_cast, settle
+from amp_conformance.core.errors import describe_error, missing_kernel
 from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
 
-#: the phrase the causes table keeps whole (one row per op)
+#: the phrases the causes table keeps whole (one row per op)
 PHRASE = "has no kernel for"
+CANNOT = "cannot run"
+_ATEN = re.compile(r"\baten::[\w.]+")
 OWN = "an op of its autocast policy"
 
 
@@ -55,6 +64,34 @@ def _reaches(case: Any, op: str) -> bool:
     return False
 
 
+def cannot_run(case: Any, device: str) -> str | None:
+    """``"X (outside autocast too): <what it raised>"`` where the entry's own call raises on
+    the device outside autocast, on its inputs as made and on them cast by hand to the amp
+    dtype (a kernel the device has in neither dtype), else None."""
+    from amp_conformance.checks.reproduction import callables
+
+    try:
+        args, kwargs = case.build_inputs()
+        call = callables(case)[0][1]
+    except Exception:  # noqa: BLE001 - no call to make: nothing to learn from it
+        return None
+    raised: Exception | None = None
+    for dtype in (None, case.amp_dtype):
+        try:
+            if dtype is None:
+                settle(call(*args, **kwargs))
+            else:
+                settle(call(*hand_cast(args, dtype, device), **hand_cast(kwargs, dtype, device)))
+        except Exception as exc:  # noqa: BLE001 - whatever the backend raises
+            raised = exc
+        else:
+            return None  # it runs in one dtype at least: not a kernel it lacks
+    said = describe_error(raised, 200) if raised is not None else ""
+    named = _ATEN.search(said)
+    op = named.group(0) if named else case.entry.qualname
+    return f"{op} (outside autocast too): {said}"
+
+
 def in_policy(op: str, item: pytest.Item, device: str) -> str | None:
     """How ``op`` belongs to the device's policy ("an op of its autocast policy": the item's
     own op or one its op lists give a policy; "which its policy's conv2d needs": one the
@@ -71,6 +108,14 @@ def in_policy(op: str, item: pytest.Item, device: str) -> str | None:
     if own is not None and _reaches(own, op):
         return f"which its policy's {base_name(own.entry.op)} needs"
     return None
+
+
+def _ours(error: BaseException) -> bool:
+    """Whether the suite itself raised it (a check's verdict): no backend's error then, unless
+    the verdict quotes one (it raised while the check made its call)."""
+    from amp_conformance.core.errors import ConformanceFailure
+
+    return isinstance(error, (ConformanceFailure, AssertionError)) and " raised " not in str(error)
 
 
 def _capability(item: pytest.Item) -> bool:
@@ -92,9 +137,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             or not is_conformance(item) or _capability(item)):
         return report
     op = missing_kernel(call.excinfo.value)
-    if op is None:
-        return report
     device = settings(item.config).device
+    if op is None:
+        case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
+        lacks = cannot_run(case, device) if case is not None and not _ours(call.excinfo.value) \
+            else None
+        if lacks is not None:
+            report.longrepr = f"{device} {CANNOT} {lacks}\n{report.longrepr}"
+        return report
     policy = in_policy(op, item, device)
     if policy is not None:
         report.longrepr = f"{message(device, op, policy)}\n{report.longrepr}"

@@ -32,8 +32,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 NAME = "pymode"
-MISSING = frozenset({"convolution", "_convolution", "convolution_backward",
-                     "_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_"})
+MISSING = frozenset({"_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_"})
+#: ops it lacks and says so in words of its own (:class:`OperatorNotFound`), as a backend
+#: that lowers aten ops does
+UNLOWERED = frozenset({"convolution", "_convolution", "convolution_backward"})
 UNLOWERABLE = (torch.promote_types, torch.result_type, torch.can_cast)
 #: the aten ops of those utilities: tensor-less, seen by the dispatch mode all the same
 TENSORLESS = frozenset({"promote_types", "result_type", "can_cast"})
@@ -100,6 +102,8 @@ def run_on_host(func: Any, args: tuple, kwargs: dict) -> Any:
     name = func._schema.name.split("::")[-1]
     if name in MISSING:
         return NotImplemented
+    if name in UNLOWERED:
+        raise OperatorNotFound(f"Operator with name aten::{name} has no lowering")
     leaves = tree_leaves((args, kwargs))
     originals = {id(a.host): a for a in leaves if isinstance(a, PyModeTensor)}
     unwrap = lambda a: a.host if isinstance(a, PyModeTensor) else a  # noqa: E731

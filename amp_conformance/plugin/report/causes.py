@@ -35,7 +35,8 @@ _PATH = re.compile(r"(?<![\w./-])(?:[A-Za-z]:)?/[\w.@+-]+(?:/[\w.@+-]+)*/?"
 _NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
 _SPACE = re.compile(r"\s+")
 #: a kernel the device lacks is one cause per op (plugin/missing_kernels.py): kept whole
-_NO_KERNEL = re.compile(r"^.*?\S+ has no kernel for [\w.:]+")
+_NO_KERNEL = re.compile(r"^.*?\S+ (?:has no kernel for|cannot run) [\w.:]+"
+                        r"(?: \(outside autocast too\))?")
 
 
 def _names(result: dict[str, Any]) -> list[str]:
