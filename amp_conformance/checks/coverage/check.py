@@ -263,12 +263,16 @@ def _conditions(x: oplist.Exclusion) -> str:
 
 
 def _raised(r: Reach, error: str) -> tuple[bool, str]:
-    """A note on an entry that raised while observed: PyTorch's own recorded defect needs no
-    action; anything else is the device's or the entry's, for its items to say which."""
+    """A note on an entry that raised while observed: PyTorch's own recorded defect, or an
+    entry whose own skip applies here, needs no action; anything else is the device's or
+    the entry's, for its items to say which."""
     said = f"entry {r.entry.id} raised while observed: {error}"
     use = r.entry.reference_defect
     if use is not None and use.defect.applies():
         return False, f"{said} — PyTorch's own defect {use.id} (oplists/defects.toml), recorded"
+    if r.unchecked:  # the entry says why it cannot run here (a CPU without a primitive)
+        why = r.unchecked if len(r.unchecked) <= 120 else r.unchecked[:119] + "…"
+        return False, f"{said} — the entry's policy check skips here: {why}"
     return True, (f"{said} — a kernel the device lacks or an entry that does not fit it: "
                   "the entry's items in the suite's run say which")
 
