@@ -42,6 +42,25 @@ def test_each_missing_op_is_one_cause_whatever_the_item():
                        "fakegpu has no kernel for aten::addmm": 1}
 
 
+class OperatorNotFound(Exception):
+    """A backend's own exception class (defined outside torch, the suite and Python)."""
+
+
+def test_an_exception_of_the_backends_own_class_names_the_op_it_cannot_run():
+    from amp_conformance.plugin.missing_kernels import refused_op
+
+    own = OperatorNotFound("Operator with name aten::_amp_update_scale_ has no lowering")
+    assert refused_op(own) == "aten::_amp_update_scale_"
+    try:  # raised from: the chain is read
+        raise ValueError("step failed") from own
+    except ValueError as wrapped:
+        assert refused_op(wrapped) == "aten::_amp_update_scale_"
+    # torch's, the suite's and Python's own exceptions are never the backend's words
+    assert refused_op(RuntimeError("aten::mm: shapes cannot be multiplied")) is None
+    assert refused_op(ConformanceFailure("torch.mm raised at aten::mm")) is None
+    assert refused_op(OperatorNotFound("no lowering for this op")) is None  # names no op
+
+
 def test_an_op_the_backend_cannot_run_in_its_own_words_is_one_cause_per_op():
     """Recognised by behaviour (the entry's call raises outside autocast too), whatever the
     backend's exception class and wording: one row per op, its words in the example."""

@@ -3,12 +3,13 @@
 When an item fails because the dispatcher found no kernel for an op on the device
 ("Could not run 'aten::X' with arguments from the 'PrivateUse1' backend", or a backend in
 Python's "all __torch_dispatch__ handlers returned NotImplemented", raised or quoted in a
-check's message), the item says "``<device>`` has no kernel for ``aten::X``". Where a
-backend says so in words of its own (any exception class), an op-list item is judged by
-behaviour: if the entry's own call raises on the device outside autocast too, on its
-inputs as made and on them cast by hand to the amp dtype, the item says "``<device>``
-cannot run ``X`` (outside autocast too): <what it raised>" (``X`` the ``aten::`` op its
-error names, else the entry's op). Either is a failure
+check's message), the item says "``<device>`` has no kernel for ``aten::X``"; where an
+exception of the backend's own class (a class no package of torch, the suite or Python
+defines) names the op, "``<device>`` cannot run ``aten::X``". Where the backend's words
+name no op, an op-list item is judged by behaviour: if the entry's own call raises on the
+device outside autocast too, on its inputs as made and on them cast by hand to the amp
+dtype, the item says "``<device>`` cannot run ``X`` (outside autocast too): <what it
+raised>" (``X`` the ``aten::`` op its error names, else the entry's op). Each is a failure
 where the op is in the device's policy (an op of its op lists, the item's own op, or one its
 own call cannot run without: conv2d at ``aten::convolution``), a not-applicable skip where
 the check only needs it as a tool (GradScaler's kernels for a training check,
@@ -38,6 +39,24 @@ from amp_conformance.plugin.session_settings import settings
 PHRASE = "has no kernel for"
 CANNOT = "cannot run"
 _ATEN = re.compile(r"\baten::[\w.]+")
+#: the packages whose exceptions are never a backend's own words
+_NOT_BACKEND = frozenset({"builtins", "torch", "amp_conformance", "_pytest", "pytest",
+                          "hypothesis", "numpy", "pluggy"})
+
+
+def refused_op(error: BaseException | None) -> str | None:
+    """The op (``aten::X``) that an exception of the backend's own class (one no package of
+    torch, the suite or Python defines), raised or one it was raised from, names: the
+    backend saying in its own words that it cannot run it; else None."""
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if type(error).__module__.split(".")[0] not in _NOT_BACKEND:
+            named = _ATEN.search(str(error))
+            if named:
+                return named.group(0)
+        error = error.__cause__ or error.__context__
+    return None
 OWN = "an op of its autocast policy"
 
 
@@ -60,7 +79,7 @@ def _reaches(case: Any, op: str) -> bool:
         args, kwargs = case.build_inputs()
         callables(case)[0][1](*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - only which kernel it lacks matters
-        return missing_kernel(exc) == op
+        return (missing_kernel(exc) or refused_op(exc)) == op
     return False
 
 
@@ -123,11 +142,11 @@ def _capability(item: pytest.Item) -> bool:
     return bool(check is not None and check.capability)
 
 
-def message(device: str, op: str, policy: str | None) -> str:
+def message(device: str, op: str, policy: str | None, phrase: str = PHRASE) -> str:
     if policy is None:
-        return (f"not applicable: {device} {PHRASE} {op}, which this check needs as a tool "
+        return (f"not applicable: {device} {phrase} {op}, which this check needs as a tool "
                 "(not an op of its policy)")
-    return f"{device} {PHRASE} {op}, {policy}"
+    return f"{device} {phrase} {op}, {policy}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -136,20 +155,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if (call.excinfo is None or not report.failed or hasattr(report, "wasxfail")
             or not is_conformance(item) or _capability(item)):
         return report
-    op = missing_kernel(call.excinfo.value)
-    device = settings(item.config).device
-    if op is None:
-        case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
-        lacks = cannot_run(case, device) if case is not None and not _ours(call.excinfo.value) \
-            else None
+    error, device = call.excinfo.value, settings(item.config).device
+    op, phrase = missing_kernel(error), PHRASE
+    case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
+    if op is None and case is not None and not _ours(error):  # an op-list item: behaviour
+        lacks = cannot_run(case, device)
         if lacks is not None:
             report.longrepr = f"{device} {CANNOT} {lacks}\n{report.longrepr}"
+            return report
+    if op is None:  # a check's tool, in the backend's own words
+        op, phrase = refused_op(error), CANNOT
+    if op is None:
         return report
     policy = in_policy(op, item, device)
     if policy is not None:
-        report.longrepr = f"{message(device, op, policy)}\n{report.longrepr}"
+        report.longrepr = f"{message(device, op, policy, phrase)}\n{report.longrepr}"
     else:
         _path, line, _ = item.location
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), (line or 0) + 1, message(device, op, None))
+        said = message(device, op, None, phrase)
+        if phrase == CANNOT:  # the backend's own words, which no other line of the skip keeps
+            said += f": {describe_error(error, 200)}"
+        report.longrepr = (str(item.path), (line or 0) + 1, said)
     return report

@@ -32,10 +32,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 NAME = "pymode"
-MISSING = frozenset({"_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_"})
+MISSING = frozenset({"_amp_update_scale_"})
 #: ops it lacks and says so in words of its own (:class:`OperatorNotFound`), as a backend
 #: that lowers aten ops does
-UNLOWERED = frozenset({"convolution", "_convolution", "convolution_backward"})
+UNLOWERED = frozenset({"convolution", "_convolution", "convolution_backward",
+                       "_amp_foreach_non_finite_check_and_unscale_"})
 UNLOWERABLE = (torch.promote_types, torch.result_type, torch.can_cast)
 #: the aten ops of those utilities: tensor-less, seen by the dispatch mode all the same
 TENSORLESS = frozenset({"promote_types", "result_type", "can_cast"})
