@@ -313,7 +313,7 @@ def render(device: str, machine: str, outcomes: list[Outcome]) -> str:
                      f"{o.wall:.1f} s{beside} | {exit_status} |")
     timed = [o for o in outcomes if o.families]
     if timed:
-        lines += ["", "## Where the time went",  "",
+        lines += ["", "## Where the time went", "",
                   "The items' own time (setup, call and teardown; summed over workers in the "
                   "parallel runs) per tier and, slowest first, per check family, from each "
                   "run's report:", "",

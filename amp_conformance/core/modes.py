@@ -5,8 +5,9 @@ thread that entered them): a ``TorchFunctionMode`` that lowers torch calls, a
 ``TorchDispatchMode`` that sees every aten op, tensor-less ones included
 (``aten::promote_types``, ``aten::result_type``, ``aten::can_cast``), and raises its own
 exception class for what it lacks. Only the op under test, its control on the device and
-the device-facing steps (making inputs there, reading results back) may meet such modes;
-the suite's dtype arithmetic and its comparisons on the host run under :func:`outside_modes`.
+making inputs there may meet such modes; the suite's dtype arithmetic and its comparisons
+run under :func:`outside_modes` (a backend's tensors read themselves back to the host
+through their own class).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ import pytest
 from amp_conformance.checks import registry
 from amp_conformance.checks.case import load_oplist
 from amp_conformance.core.casting import hand_cast, settle
-from amp_conformance.core.errors import describe_error, missing_kernel
+from amp_conformance.core.errors import ConformanceFailure, describe_error, missing_kernel
 from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
 
@@ -42,6 +43,7 @@ _ATEN = re.compile(r"\baten::[\w.]+")
 #: the packages whose exceptions are never a backend's own words
 _NOT_BACKEND = frozenset({"builtins", "torch", "amp_conformance", "_pytest", "pytest",
                           "hypothesis", "numpy", "pluggy"})
+OWN = "an op of its autocast policy"
 
 
 def refused_op(error: BaseException | None) -> str | None:
@@ -57,7 +59,6 @@ def refused_op(error: BaseException | None) -> str | None:
                 return named.group(0)
         error = error.__cause__ or error.__context__
     return None
-OWN = "an op of its autocast policy"
 
 
 def base_name(op: str) -> str:
@@ -70,14 +71,20 @@ def _policy(device: str, extra: tuple[str, ...]) -> frozenset[str]:
     return frozenset(base_name(e.op) for e in load_oplist(device, extra).entries)
 
 
+def _entry_call(case: Any) -> tuple[Callable[..., Any], Any, Any]:
+    """The entry's own call (its first variant) and its inputs as made."""
+    from amp_conformance.checks.reproduction import callables
+
+    args, kwargs = case.build_inputs()
+    return callables(case)[0][1], args, kwargs
+
+
 def _reaches(case: Any, op: str) -> bool:
     """Whether the entry's own call, outside autocast, stops at the missing kernel for
     ``op`` (conv2d at aten::convolution): then the op of the policy cannot run at all."""
-    from amp_conformance.checks.reproduction import callables
-
     try:
-        args, kwargs = case.build_inputs()
-        callables(case)[0][1](*args, **kwargs)
+        call, args, kwargs = _entry_call(case)
+        call(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - only which kernel it lacks matters
         return (missing_kernel(exc) or refused_op(exc)) == op
     return False
@@ -87,11 +94,8 @@ def cannot_run(case: Any, device: str) -> str | None:
     """``"X (outside autocast too): <what it raised>"`` where the entry's own call raises on
     the device outside autocast, on its inputs as made and on them cast by hand to the amp
     dtype (a kernel the device has in neither dtype), else None."""
-    from amp_conformance.checks.reproduction import callables
-
     try:
-        args, kwargs = case.build_inputs()
-        call = callables(case)[0][1]
+        call, args, kwargs = _entry_call(case)
     except Exception:  # noqa: BLE001 - no call to make: nothing to learn from it
         return None
     raised: Exception | None = None
@@ -132,8 +136,6 @@ def in_policy(op: str, item: pytest.Item, device: str) -> str | None:
 def _ours(error: BaseException) -> bool:
     """Whether the suite itself raised it (a check's verdict): no backend's error then, unless
     the verdict quotes one (it raised while the check made its call)."""
-    from amp_conformance.core.errors import ConformanceFailure
-
     return isinstance(error, (ConformanceFailure, AssertionError)) and " raised " not in str(error)
 
 

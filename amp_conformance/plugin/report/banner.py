@@ -82,7 +82,6 @@ def verdict(data: dict[str, Any]) -> tuple[bool, str]:
                   f"passed{expected}, {s.get('skipped', 0)} skipped).")
 
 
-
 def _stops(restarts: list[dict[str, Any]]) -> list[str]:
     """One phrase per op the health probe blamed (its items counted), per other lost
     device, per crash: a backend with 40 faulty ops reads as 40 ops."""

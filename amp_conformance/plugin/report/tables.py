@@ -42,7 +42,7 @@ def _count_cell(kind: str, name: str, column: str, row: dict[str, Any],
 
 
 def count_table(kind: str, rows: dict[str, dict[str, Any]], empty: str,
-                 skips: dict[str, list[dict[str, Any]]] | None = None) -> str:
+                skips: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """Counts per outcome, the pass rate and the items' own time, one row per category or
     check family (a family's skipped count links to why, ``skips``)."""
     if not rows:
