@@ -123,6 +123,96 @@ def test_a_region_that_enters_cudas_autocast_on_cpu_changes_cudas_state():
     assert "it changed cuda's autocast state" in str(info.value)
 
 
+def _leaves_bfloat16_only(x):
+    """A helper that avoids bfloat16 regions alone (a float16 region stays as it is)."""
+    leave = torch.get_autocast_dtype(x.device.type) == torch.bfloat16
+    with torch.autocast(x.device.type, enabled=not leave):
+        x = x.float()
+        return x @ x.mT
+
+
+BF16_ONLY = Float32Island("test.bf16_only", devices=("cpu",), build=lambda d: _leaves_bfloat16_only)
+
+
+def test_an_island_declared_for_one_amp_dtype_is_checked_in_that_dtype_alone():
+    assert island.check_float32(_case(BF16_ONLY, "float32")) is None
+    with pytest.raises(ConformanceFailure, match="computed in float16"):
+        island.check_float32(_case(BF16_ONLY, "float32", dtype=torch.float16))
+    decl = dataclasses.replace(BF16_ONLY, amp_dtypes=(torch.bfloat16,))
+    reasons = {c.amp_dtype: not_applicable(c, (torch.bfloat16, torch.float16), False)
+               for c in cases([decl], "cpu", (torch.bfloat16, torch.float16))}
+    assert reasons[torch.bfloat16] is None
+    assert reasons[torch.float16] == ("not applicable: test.bf16_only leaves only bfloat16 "
+                                      "regions (declared amp_dtypes)")
+
+
+def _similarity_loss(a, b):
+    """A float32 core, then arithmetic in the input's dtype by design (1 - similarity)."""
+    with torch.autocast(a.device.type, enabled=False):
+        score = torch.cosine_similarity(a.float(), b.float(), dim=-1).mean()
+    return 1 - score.to(a.dtype)
+
+
+def _similarity_in_region(a, b):
+    score = torch.cosine_similarity(a, b, dim=-1).mean()  # the bug: the core in the region
+    return 1 - score.to(a.dtype)
+
+
+def _pair(device):
+    return tensor(4, 8, device=device), tensor(4, 8, device=device, seed=6)
+
+
+@pytest.mark.parametrize("check", ["float32", "nesting", "devices", "numerics"])
+def test_an_island_with_a_declared_ending_holds_the_core_to_float32(check):
+    loss = Float32Island("test.loss", devices=("cpu",), build=lambda d: _similarity_loss,
+                         inputs=_pair, returns="input")
+    with pytest.raises(ConformanceFailure, match=r"aten\.rsub\.Scalar computed in bfloat16"):
+        island.check_float32(_case(loss, "float32"))
+    ending = dataclasses.replace(loss, ending="input")
+    CHECKS[check](_case(ending, check))
+    broken = dataclasses.replace(ending, build=lambda d: _similarity_in_region)
+    if check == "float32":
+        with pytest.raises(ConformanceFailure, match="before its float32 core ended"):
+            island.check_float32(_case(broken, check))
+
+
+class CastsInRegionOnly(torch.nn.Linear):
+    """A module that casts only inside a region: fed bfloat16 outside one, its matmul
+    rightly refuses (mat1 and mat2 must have the same dtype)."""
+
+    def forward(self, x):
+        if not torch.is_autocast_enabled(x.device.type):
+            return super().forward(x)
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float())
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_an_island_is_fed_only_inputs_it_can_meet(check):
+    decl = Float32Island("test.in_region_only", devices=("cpu",),
+                         build=lambda d: CastsInRegionOnly(8, 3).to(d))
+    CHECKS[check](_case(decl, check))
+
+
+def _leaves_through_cuda(x):
+    """The bug: a first call outside the region, then CUDA's autocast switched off, not the
+    device's (a no-op on CPU, a change to CUDA's state)."""
+    x = x.float()
+    with torch.autocast("cuda", enabled=False):
+        return (x @ x.mT).float()
+
+
+def test_devices_looks_at_every_call_inside_an_island():
+    decl = Float32Island("test.through_cuda", devices=("cpu",),
+                         build=lambda d: _leaves_through_cuda)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.autocast("cuda") without CUDA warns
+        with pytest.raises(ConformanceFailure) as info:
+            check_devices(_case(decl, "devices"))
+    assert "it changed cuda's autocast state" in str(info.value)
+    assert "in a region, inside the island, at call 2 (mT): cuda enabled=False" in str(info.value)
+
+
 def test_on_a_fake_device_an_island_skips_grad_and_numerics_with_why():
     reasons = {c.check: not_applicable(c, (torch.bfloat16,), True)
                for c in cases([SOUND], "cuda", (torch.bfloat16,), fake=True)}

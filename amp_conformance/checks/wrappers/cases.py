@@ -121,6 +121,10 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
                 "which needs the device")
     w = case.wrapper
     if isinstance(w, Float32Island):
+        if w.amp_dtypes and case.amp_dtype not in w.amp_dtypes:
+            return (f"not applicable: {w.name} leaves only "
+                    f"{', '.join(devices.dtype_name(d) for d in w.amp_dtypes)} regions "
+                    "(declared amp_dtypes)")
         return None
     if isinstance(w, RegionRunner):
         return _precision_not_run(case, run_dtypes)

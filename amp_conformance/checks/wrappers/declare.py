@@ -70,8 +70,10 @@ class RegionFactory:
     float32_names: tuple[str, ...] = ()
     #: what the region does for a float32 name: ``noop`` (autocast off) or ``error``
     float32: str = NOOP
-    #: a name the wrapper does not know, checked with ``unknown_probe``
-    unknown: str = NOOP
+    #: what the region does for a name the wrapper does not know (checked with
+    #: ``unknown_probe``): ``error`` (raises, as most libraries' wrappers do), ``noop``
+    #: (autocast off) or ``fallback`` (autocast on in ``fallback_dtype``)
+    unknown: str = ERROR
     #: the dtype a ``fallback`` wrapper falls back to for an unknown name
     fallback_dtype: torch.dtype | None = None
     #: the name used to probe ``unknown`` (something no wrapper accepts)
@@ -174,6 +176,14 @@ class Float32Island:
     #: a hand-written float32 computation, ``reference(*inputs)`` on float32 inputs with
     #: autocast off (None: the island itself, called outside any region)
     reference: Callable[..., Any] | None = None
+    #: the amp dtypes whose regions it leaves (a helper that leaves only bfloat16 regions:
+    #: ``(torch.bfloat16,)``); empty: every amp dtype. The others' items are skipped
+    amp_dtypes: tuple[torch.dtype, ...] = ()
+    #: what it computes in after its float32 core: ``None`` (nothing: every op computes in
+    #: float32, its result cast at most), or ``input`` (once a result of the core is cast to
+    #: its first floating input's dtype, it goes on in that dtype, e.g. a loss's ``1 - ssim``);
+    #: a tuple gives one per floating output tensor, in order
+    ending: str | tuple[str, ...] | None = None
     library: str = ""
     version: str = ""
 
@@ -271,6 +281,13 @@ def validate(wrapper: Any) -> Wrapper:
                  f"{wrapper.returns!r}")
         _require(wrapper.reference is None or callable(wrapper.reference), name, "reference",
                  "expected a callable or None")
+        _require(isinstance(wrapper.amp_dtypes, tuple) and all(
+            d in (torch.float16, torch.bfloat16) for d in wrapper.amp_dtypes), name,
+            "amp_dtypes", "expected a tuple of torch.float16 and torch.bfloat16 (empty: all)")
+        ending = wrapper.ending if isinstance(wrapper.ending, tuple) else (wrapper.ending,)
+        _require(wrapper.ending is None or (bool(ending) and all(e in RETURNS for e in ending)),
+                 name, "ending", f"expected None, one of {', '.join(RETURNS)} or a tuple of "
+                 f"them, got {wrapper.ending!r}")
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,

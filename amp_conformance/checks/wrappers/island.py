@@ -41,30 +41,48 @@ class Raised(Exception):
 
 
 class Trace(TorchDispatchMode):
-    """The ops run below autocast, each with the dtypes of its floating outputs; with
-    ``raise_first``, raises :class:`Raised` at the first op that computes."""
+    """The ops run below autocast, each with the dtypes of its floating outputs, and where
+    the float32 core ended (the first cast of a value it computed in float32 to another
+    floating dtype); with ``raise_first``, raises :class:`Raised` at the first op that
+    computes."""
 
     def __init__(self, raise_first: bool = False):
         super().__init__()
         self.ops: list[tuple[str, tuple[torch.dtype, ...]]] = []
         self.raise_first = raise_first
+        self.core_end: int | None = None
+        self._computed: dict[int, torch.Tensor] = {}  # kept alive: ids stay unique
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         computes = func not in _CASTS and not getattr(func, "is_view", False)
         if computes and self.raise_first:
             raise Raised(f"raised inside the island, at {func}")
         out = func(*args, **(kwargs or {}))
+        floating = [t for t in tensors_in(out) if t.is_floating_point()]
         if computes:
-            dtypes = tuple(t.dtype for t in tensors_in(out) if t.is_floating_point())
-            self.ops.append((str(func), dtypes))
+            self.ops.append((str(func), tuple(t.dtype for t in floating)))
+            self._computed.update((id(t), t) for t in floating)
+        elif self.core_end is None and any(
+                id(a) in self._computed and a.dtype == torch.float32 for a in tensors_in(args)) \
+                and any(t.dtype != torch.float32 for t in floating):
+            self.core_end = len(self.ops)
+        if not computes:
+            self._computed.update((id(t), t) for t in floating if id(t) not in self._computed
+                                  and any(id(a) in self._computed for a in tensors_in(args)))
         return out
 
-    def lower(self, dtype: torch.dtype = torch.float32) -> str | None:
-        """The first op that computed in another dtype than ``dtype``, described."""
-        for name, dtypes in self.ops:
-            if any(d != dtype for d in dtypes):
-                return (f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}, "
-                        f"not {devices.dtype_name(dtype)}")
+    def lower(self, dtype: torch.dtype = torch.float32,
+              ending: tuple[torch.dtype, ...] = ()) -> str | None:
+        """The first op that computed in another dtype than ``dtype`` (after the core's
+        end, than ``dtype`` or one of ``ending``), described."""
+        for i, (name, dtypes) in enumerate(self.ops):
+            allowed = {dtype, *ending} if ending and self.core_end is not None \
+                and i >= self.core_end else {dtype}
+            if any(d not in allowed for d in dtypes):
+                return (f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}"
+                        f", not {' or '.join(devices.dtype_name(d) for d in sorted(allowed, key=str))}"
+                        + (" (before its float32 core ended)" if ending and allowed == {dtype}
+                           else ""))
         return None
 
 
@@ -73,8 +91,35 @@ def target(case: WrapperCase) -> Target:
 
 
 def sent(made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
-    """The inputs as a region hands them on: floating tensors in ``dtype``."""
+    """The inputs in ``dtype`` (floating tensors cast by hand)."""
     return tuple(t.to(dtype) if _floating(t) else t for t in made)
+
+
+def activations(t: Target, made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
+    """The inputs as a ``dtype`` region hands them on: each floating one the output of an op
+    of the region's lower-precision list (a product with the identity, so its values are
+    the input's rounded to ``dtype``); float32: the inputs as made."""
+    if dtype == torch.float32:
+        return made
+
+    def handed_on(x: Any) -> Any:
+        if not _floating(x):
+            return x
+        if x.dim() and x.dtype == torch.float32:
+            with t.autocast(dtype):
+                y = x @ torch.eye(x.shape[-1], device=x.device)
+            if y.dtype == dtype:  # a device whose policy runs matmul otherwise: cast by hand
+                return y
+        return x.to(dtype)
+    return tuple(handed_on(x) for x in made)
+
+
+def ending(case: WrapperCase, xs: tuple[Any, ...]) -> tuple[torch.dtype, ...]:
+    """The dtypes its declared ending may compute in, for inputs ``xs``."""
+    declared = case.wrapper.ending
+    each = declared if isinstance(declared, tuple) else (declared,)
+    return tuple({_first_floating(xs) if e == INPUT else torch.float32
+                  for e in each if e is not None})
 
 
 def _first_floating(values: tuple[Any, ...]) -> torch.dtype:
@@ -115,10 +160,10 @@ def check_float32(case: WrapperCase) -> None:
     with kept(dev), t.tensors():
         island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
         for dtype in (case.amp_dtype, torch.float32):
-            xs = sent(made, dtype)
+            xs = activations(t, made, dtype)
             with t.autocast(case.amp_dtype):
                 trace, out = run_traced(island, xs)
-            lower = trace.lower()
+            lower = trace.lower(ending=ending(case, xs))
             if lower:
                 problems.append(f"inputs in {devices.dtype_name(dtype)}: {lower}")
             wrong = _returns_problem(case, out, xs)
@@ -152,7 +197,8 @@ def check_restored(case: WrapperCase) -> None:
     when an op inside raises."""
     t, dev = target(case), case.device
     with kept(dev), t.tensors():
-        island, xs = case.wrapper.island(dev), sent(case.wrapper.inputs(dev), case.amp_dtype)
+        island = case.wrapper.island(dev)
+        xs = activations(t, case.wrapper.inputs(dev), case.amp_dtype)
         with t.autocast(case.amp_dtype, cache_enabled=False):
             returned = _after(case, island, xs, raise_first=False)
             raised = _after(case, island, xs, raise_first=True)
@@ -184,18 +230,23 @@ def check_nesting(case: WrapperCase) -> None:
     t, dev, amp = target(case), case.device, case.amp_dtype
     problems = []
     with kept(dev), t.tensors():
-        island, xs = case.wrapper.island(dev), sent(case.wrapper.inputs(dev), amp)
+        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
         for dtypes in ((other_dtype(amp), amp), (amp, None)):
             where = " > ".join("disabled" if d is None else devices.dtype_name(d) for d in dtypes)
-            with _regions(t, dtypes):
-                before = AutocastState.capture(dev)
-                trace, _ = run_traced(island, xs)
-                changes = before.diff(AutocastState.capture(dev))
-            if trace.lower():
-                problems.append(f"inside {where}: {trace.lower()}")
-            problems += [f"inside {where}, after it: {c}" for c in changes]
+            # what the innermost region hands on (a disabled one: float32, the caller's
+            # cast), and float32 inputs
+            for dtype in dict.fromkeys((dtypes[-1] or torch.float32, torch.float32)):
+                xs = activations(t, made, dtype)
+                with _regions(t, dtypes):
+                    before = AutocastState.capture(dev)
+                    trace, _ = run_traced(island, xs)
+                    changes = before.diff(AutocastState.capture(dev))
+                lower = trace.lower(ending=ending(case, xs))
+                inputs = f" (inputs in {devices.dtype_name(dtype)})"
+                problems += [f"inside {where}{inputs}: {lower}"] if lower else []
+                problems += [f"inside {where}{inputs}, after it: {c}" for c in changes]
         if case.wrapper.context is not None:
-            problems += _context_nesting(case, t, xs)
+            problems += _context_nesting(case, t, activations(t, made, amp))
     if problems:
         F.fail(case, F.ISLAND_NESTING, problems, _repro(case, amp))
 
@@ -289,20 +340,27 @@ def check_numerics(case: WrapperCase) -> None:
     """The output inside a region equals the float32 computation's on the same inputs
     (the declared reference, or the island outside any region), within the output dtype's
     tolerances."""
-    dev, amp = case.device, case.amp_dtype
+    dev, amp, problems = case.device, case.amp_dtype, []
     with kept(dev), torch.no_grad():
         island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
-        with torch.autocast(dev, dtype=amp):
-            out = island(*sent(made, amp))
-        with torch.autocast(dev, enabled=False):
-            want = (case.wrapper.reference or island)(*sent(sent(made, amp), torch.float32))
+        for dtype in (amp, torch.float32):
+            xs = activations(target(case), made, dtype)
+            with torch.autocast(dev, dtype=amp):
+                out = island(*xs)
+            with torch.autocast(dev, enabled=False):
+                want = (case.wrapper.reference or island)(*sent(xs, torch.float32))
+            problems += _differences(out, want, f"inputs in {devices.dtype_name(dtype)}: ")
+    if problems:
+        F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))
+
+
+def _differences(out: Any, want: Any, where: str) -> list[str]:
     outs, wants = list(tensors_in(out)), list(tensors_in(want))
     problems = [] if len(outs) == len(wants) else [
-        f"{len(outs)} output tensors, the float32 computation gives {len(wants)}"]
+        f"{where}{len(outs)} output tensors, the float32 computation gives {len(wants)}"]
     for i, (o, w) in enumerate(zip(outs, wants, strict=False)):
         try:
             torch.testing.assert_close(o, w.to(o.dtype))
         except AssertionError as exc:
-            problems.append(f"output {i}: {describe_error(exc)}")
-    if problems:
-        F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))
+            problems.append(f"{where}output {i}: {describe_error(exc)}")
+    return problems

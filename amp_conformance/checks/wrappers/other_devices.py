@@ -92,17 +92,22 @@ def _forward(case: WrapperCase, seen: _Seen) -> None:
                                         else case.amp_dtype)
     for name, context in (("in a region", t.autocast(case.amp_dtype)), ("outside", None)):
         with context or contextlib.nullcontext():
-            decorated(x)
+            with _Looking(seen, f"{name}, in the decorated forward"):
+                decorated(x)
             seen.look(f"{name}, after the forward")
-            with contextlib.suppress(I.Raised):
+            with contextlib.suppress(I.Raised), _Looking(seen, f"{name}, in the decorated "
+                                                               "forward that raises"):
                 decorated(x, fail=True)
             seen.look(f"{name}, after the forward raised")
 
 
 def _island(case: WrapperCase, seen: _Seen) -> None:
     dev, t = case.device, I.target(case)
-    island, xs = case.wrapper.island(dev), I.sent(case.wrapper.inputs(dev), case.amp_dtype)
-    for name, context in (("in a region", t.autocast(case.amp_dtype)), ("outside", None)):
+    island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+    # inputs as it meets them: the region's activations inside one, float32 outside
+    for name, context, xs in (
+            ("in a region", t.autocast(case.amp_dtype), I.activations(t, made, case.amp_dtype)),
+            ("outside", None, made)):
         with context or contextlib.nullcontext():
             with _Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
                 out = island(*xs)
@@ -115,17 +120,19 @@ def _island(case: WrapperCase, seen: _Seen) -> None:
 
 
 class _Looking(TorchFunctionMode):
-    """Looks at every device's state at the island's first torch call (above the
+    """Looks at every device's state at each torch call inside the wrapper (above the
     dispatcher: below it, inside a dispatch mode, every autocast flag reads False)."""
 
     def __init__(self, seen: _Seen, point: str):
         super().__init__()
-        self.seen, self.point = seen, point
+        self.seen, self.point, self.calls = seen, point, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if self.point:
-            self.seen.look(self.point)
-            self.point = ""
+        self.calls += 1
+        name = getattr(func, "__name__", str(func))
+        if name == "__get__":  # a property, e.g. Tensor.mT
+            name = getattr(getattr(func, "__self__", None), "__name__", name)
+        self.seen.look(f"{self.point}, at call {self.calls} ({name})")
         return func(*args, **(kwargs or {}))
 
 
@@ -176,9 +183,15 @@ def _state(s: State) -> str:
 
 
 def _differs(a: _Seen, b: _Seen) -> str | None:
-    for (point, mine), (_, theirs) in zip(a.own, b.own, strict=True):
+    for (point, mine), (other, theirs) in zip(a.own, b.own, strict=False):
+        if point != other:
+            return f"it went another way: {other} instead of {point}"
         if mine != theirs:
             return f"{point}: {theirs!r} instead of {mine!r}"
+    if len(a.own) != len(b.own):
+        longer = a.own if len(a.own) > len(b.own) else b.own
+        return (f"it made {len(b.own)} torch calls instead of {len(a.own)}; the first not "
+                f"in both: {longer[min(len(a.own), len(b.own))][0]}")
     return None
 
 

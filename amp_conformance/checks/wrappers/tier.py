@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import reprlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +43,8 @@ class WrapperTier(Tier):
                  for d in _declarations(where, result)]
         for spec in config.getoption("amp_wrappers") or []:
             where = f"--wrapper {spec}"
-            found += [(where, d) for d in _declarations(where, _load(where, spec))]
+            found += [(where, d) for d in _declarations(
+                where, _load(where, spec, str(config.invocation_params.dir)))]
         named: dict[str, str] = {}
         for where, decl in found:
             try:
@@ -87,7 +89,26 @@ def params(metafunc: Any, settings: Any) -> list[Any]:
     return found
 
 
-def _load(where: str, spec: str) -> Any:
+def _import(module: str, folder: str) -> Any:
+    """``module``, looked for on ``sys.path`` and then in the folder pytest was started
+    from (as ``python -m pytest`` would find it: a plain ``pytest`` does not look there)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0] or folder in sys.path:
+            raise
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module.split(".")[0]:
+            sys.path.remove(folder)
+            raise ModuleNotFoundError(f"{exc} (looked on sys.path and in {folder})",
+                                      name=exc.name) from None
+        raise
+
+
+def _load(where: str, spec: str, folder: str) -> Any:
     """The object ``MODULE:NAME`` names (NAME may be dotted); a zero-argument callable that
     is no declaration is called."""
     module, _, name = spec.partition(":")
@@ -95,7 +116,7 @@ def _load(where: str, spec: str) -> Any:
         raise pytest.UsageError(f"amp-conformance: {where}: expected MODULE:NAME, e.g. "
                                 "mylib.amp_decl:REGION")
     try:
-        obj: Any = importlib.import_module(module)
+        obj: Any = _import(module, folder)
         for part in name.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
