@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     except (SettingsError, oplist.OpListError) as exc:
         print(f"amp-conformance discover: {exc}", file=sys.stderr)
         return 2
-    text = render_list(args.device, args.reference, rows, dtypes, args.fake, supported)
+    text = render_list(args.device, args.reference, rows, dtypes, args.fake, supported,
+                       args.backend_module)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")

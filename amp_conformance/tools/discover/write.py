@@ -180,13 +180,16 @@ def review_item(row: Row, device: str, reference: str, departs: list[str],
 
 
 def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch.dtype],
-                fake: bool, supported: list[torch.dtype] | None = None) -> str:
+                fake: bool, supported: list[torch.dtype] | None = None,
+                backend_modules: list[str] | tuple[str, ...] = ()) -> str:
     """The discovered op list (TOML). Entries seen under some of the dtypes the device
-    supports only are restricted to those (``amp_dtypes``)."""
+    supports only are restricted to those (``amp_dtypes``). The first line records the
+    command, backend modules included, so that ``review`` can print runnable reproductions."""
     every = {devices.dtype_name(d) for d in (supported or dtypes)}
+    modules = "".join(f" --backend-module {m}" for m in backend_modules)
     lines = [
         f"# Autocast policy of {device}, discovered by `python -m amp_conformance discover "
-        f"--device {device}{' --fake' if fake else ''} --reference {reference}`",
+        f"--device {device}{modules}{' --fake' if fake else ''} --reference {reference}`",
         f"# on torch {torch.__version__}: each entry of the {reference} op lists, with the policy",
         f"# {device} showed (note = observed policy; {reference}'s). A first draft: review it.",
         "",
