@@ -21,7 +21,7 @@ from amp_conformance.checks.wrappers import (
 from amp_conformance.checks.wrappers.cases import cases, not_applicable
 from amp_conformance.checks.wrappers.declare import Float32Island, float32_body, tensor
 from amp_conformance.checks.wrappers.other_devices import check_devices
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import AutocastState
 
 SOUND = planted.REFERENCE[2]
@@ -211,6 +211,65 @@ def test_devices_looks_at_every_call_inside_an_island():
             check_devices(_case(decl, "devices"))
     assert "it changed cuda's autocast state" in str(info.value)
     assert "in a region, inside the island, at call 2 (mT): cuda enabled=False" in str(info.value)
+
+
+class IndexedFp32Linear(torch.nn.Module):
+    """A module island as libraries write them: parameters made on the device, moved with
+    ``.to``, inputs indexed, and its own float32 cast."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 3, device=device)
+        self.norm = torch.nn.LayerNorm(3).to(device).float()
+
+    def forward(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return self.norm(self.proj(x[:, None][..., 0, :].float()))[0]
+
+
+@pytest.mark.parametrize("check", ["float32", "restored", "nesting", "devices"])
+def test_on_a_fake_device_a_module_is_built_moved_and_indexed_as_on_the_device(check):
+    decl = Float32Island("test.indexed", devices=("cpu", "cuda"), build=IndexedFp32Linear)
+    CHECKS[check](_case(decl, check))
+    CHECKS[check](_case(decl, check, "cuda", fake=True))
+
+
+def _enters_cuda_bf16(x):
+    """The bug: enters CUDA's autocast (on) where it meant to leave it; without CUDA the
+    region disables itself and the island looks sound."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        x = x.float()
+        return x @ x.mT
+
+
+def test_on_a_fake_cuda_device_cuda_looks_available_in_every_check():
+    decl = Float32Island("test.enters_cuda", devices=("cuda",), build=lambda d: _enters_cuda_bf16)
+    with pytest.raises(ConformanceFailure, match=r"aten\.mm\.default computed in bfloat16"):
+        island.check_float32(_case(decl, "float32", "cuda", fake=True))
+
+
+class ForgetsTheCast(torch.nn.Linear):
+    def forward(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x)  # the bug: x not cast to float32
+
+
+def test_a_fake_matmul_of_two_dtypes_raises_as_the_kernel_does():
+    decl = Float32Island("test.no_cast", devices=("cpu", "cuda"),
+                         build=lambda d: ForgetsTheCast(8, 3).to(d))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        island.check_float32(_case(decl, "float32"))
+    with pytest.raises(RuntimeError, match="expected both operands to have the same dtype"):
+        island.check_float32(_case(decl, "float32", "cuda", fake=True))
+
+
+def test_what_a_fake_device_cannot_do_is_a_named_skip():
+    def asks_the_device(x):
+        torch.cuda.current_device()
+        return x.float()
+    decl = Float32Island("test.asks", devices=("cuda",), build=lambda d: asks_the_device)
+    with pytest.raises(NotApplicable, match="not applicable on a fake device: "):
+        island.check_float32(_case(decl, "float32", "cuda", fake=True))
 
 
 def test_on_a_fake_device_an_island_skips_grad_and_numerics_with_why():

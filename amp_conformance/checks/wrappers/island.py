@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.declare import INPUT, float32_body
+from amp_conformance.checks.wrappers.fake_device import on_device
 from amp_conformance.checks.wrappers.region import kept, other_dtype
 from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
@@ -157,7 +158,7 @@ def check_float32(case: WrapperCase) -> None:
     float32 and the output has the declared dtype."""
     t, dev = target(case), case.device
     problems = []
-    with kept(dev), t.tensors():
+    with kept(dev), on_device(t):
         island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
         for dtype in (case.amp_dtype, torch.float32):
             xs = activations(t, made, dtype)
@@ -196,7 +197,7 @@ def check_restored(case: WrapperCase) -> None:
     autocast state of every device is the same after the island as before: on return and
     when an op inside raises."""
     t, dev = target(case), case.device
-    with kept(dev), t.tensors():
+    with kept(dev), on_device(t):
         island = case.wrapper.island(dev)
         xs = activations(t, case.wrapper.inputs(dev), case.amp_dtype)
         with t.autocast(case.amp_dtype, cache_enabled=False):
@@ -229,7 +230,7 @@ def check_nesting(case: WrapperCase) -> None:
     the island's float32 back after it) and around itself."""
     t, dev, amp = target(case), case.device, case.amp_dtype
     problems = []
-    with kept(dev), t.tensors():
+    with kept(dev), on_device(t):
         island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
         for dtypes in ((other_dtype(amp), amp), (amp, None)):
             where = " > ".join("disabled" if d is None else devices.dtype_name(d) for d in dtypes)

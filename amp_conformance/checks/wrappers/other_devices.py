@@ -14,9 +14,8 @@ at a time) or changed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-from unittest import mock
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -24,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers import island as I
 from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.checks.wrappers.fake_device import on_device
 from amp_conformance.checks.wrappers.region import kept, other_dtype, region
 from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
@@ -140,18 +140,6 @@ RUNS: dict[str, Callable[[WrapperCase, _Seen], None]] = {
     "region": _region, "runner": _runner, "forward": _forward, "island": _island}
 
 
-@contextlib.contextmanager
-def _available(case: WrapperCase) -> Iterator[None]:
-    """On a fake CUDA device, torch.autocast("cuda") as on a GPU with bfloat16 (without one
-    it disables itself); every other device type's torch.autocast asks nothing."""
-    if not (case.fake and case.device == "cuda"):
-        yield
-        return
-    with mock.patch.object(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False), \
-            mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: True):
-        yield
-
-
 def settings(dtype: torch.dtype) -> tuple[State, ...]:
     """The other devices' states tried: off and on, in either amp dtype."""
     other = other_dtype(dtype)
@@ -200,7 +188,7 @@ def check_devices(case: WrapperCase) -> None:
     leaves those states as they were set."""
     names = others(case.device)
     tried = settings(case.amp_dtype)
-    with I.target(case).tensors(), _available(case):
+    with on_device(I.target(case)):
         base_state = dict.fromkeys(names, tried[0])
         base = observe(case, base_state)
         changed = _changed(base, base_state)

@@ -1,0 +1,172 @@
+"""A fake device that behaves like the device for a library's wrapper (``--fake``).
+
+FakeTensorMode runs a device's ops without it, but a library's module meets more than ops:
+``torch.autocast("cuda")`` disables itself where CUDA is not available; indexing
+(``x[0]``), ``module.to(device)``, ``.float()`` and random initialisation reach device code
+a build without the device lacks ("PyTorch is not linked with support for cuda devices") or
+swap a fake parameter in place, which FakeTensorMode refuses; building autograd history on
+fake tensors of an absent device aborts the process; and the meta kernels of a matmul
+accept operands of two dtypes that the device's kernel refuses. Here each of those behaves
+as on the device, and what still cannot run is a named not-applicable skip ("not applicable
+on a fake device: ..."), never the wrapper's failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from amp_conformance.core.errors import NotApplicable, first_line
+from amp_conformance.core.target import Target
+
+aten = torch.ops.aten
+
+#: what a build without the device says when code reaches for the device itself
+_ABSENT = re.compile(r"not linked with support for|not compiled with|no CUDA GPUs|"
+                     r"Found no NVIDIA driver|DataDependentOutput|data-dependent", re.I)
+#: in-place random fills
+_FILLS = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, aten.exponential_,
+          aten.cauchy_, aten.log_normal_, aten.geometric_}
+#: ops whose device kernels refuse operands of two floating dtypes (the dtype check the
+#: meta kernels leave out): op -> the positions of the operands that must agree
+_SAME_DTYPE = {aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.addmm.default: (1, 2),
+               aten.baddbmm.default: (1, 2), aten.addbmm.default: (1, 2),
+               aten.mv.default: (0, 1), aten.addmv.default: (1, 2), aten.dot.default: (0, 1),
+               aten.vdot.default: (0, 1), aten.convolution.default: (0, 1)}
+
+
+@contextlib.contextmanager
+def available(device: str) -> Iterator[None]:
+    """CUDA as on a GPU with bfloat16: ``torch.cuda.is_available()`` and what
+    ``torch.autocast("cuda")`` asks (without it the region disables itself); other device
+    types' regions ask nothing."""
+    if device != "cuda":
+        yield
+        return
+    with mock.patch.object(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False), \
+            mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: True), \
+            mock.patch.object(torch.cuda, "is_available", lambda: True):
+        yield
+
+
+def _index(x: torch.Tensor, index: Any) -> torch.Tensor:
+    """``x[index]`` as the ops it stands for (basic indexing; a tensor index is gathered)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if any(i is Ellipsis for i in index):
+        k = index.index(Ellipsis)
+        used = sum(i is not None and i is not Ellipsis for i in index)
+        index = index[:k] + (slice(None),) * (x.dim() - used) + index[k + 1:]
+    dim = 0
+    for i in index:
+        if i is None:
+            x, dim = aten.unsqueeze.default(x, dim), dim + 1
+        elif isinstance(i, slice):
+            x = aten.slice.Tensor(x, dim, i.start, i.stop, i.step or 1)
+            dim += 1
+        elif isinstance(i, int):
+            x = aten.select.int(x, dim, i)
+        elif isinstance(i, torch.Tensor) and not i.is_floating_point():
+            x = aten.index.Tensor(x, [None] * dim + [i])
+            dim += i.dim() if i.dtype != torch.bool else 1
+        else:
+            raise NotApplicable(f"not applicable on a fake device: indexing with {type(i)}")
+    return x
+
+
+def _to(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``Tensor.to`` as the copy it stands for (the binding's device guard is absent)."""
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    copy = kwargs.get("copy", False)
+    moved = device is not None and torch.device(device).type != x.device.type
+    if not (moved or copy or (dtype is not None and dtype != x.dtype)):
+        return x
+    return aten._to_copy.default(x, dtype=dtype or x.dtype,
+                                 device=device if moved else x.device,
+                                 memory_format=memory_format or torch.preserve_format)
+
+
+def _methods(device: str) -> contextlib.ExitStack:
+    """Indexing, ``.to`` and ``.cuda`` of the device's fake tensors as the ops they stand
+    for (their bindings ask for the device's guard, which the build may lack). Patched on
+    the class, not seen by a TorchFunctionMode: a mode misses the calls made inside a torch
+    function written in Python (``nn.init``'s ``tensor[0][0]``)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    stack = contextlib.ExitStack()
+    originals = {name: getattr(torch.Tensor, name) for name in ("__getitem__", "to", "cuda")}
+
+    def ours(x: Any) -> bool:
+        return isinstance(x, FakeTensor) and x.device.type == device
+
+    def getitem(self: torch.Tensor, index: Any) -> torch.Tensor:
+        return _index(self, index) if ours(self) else originals["__getitem__"](self, index)
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _to(self, *args, **kwargs) if isinstance(self, FakeTensor) \
+            else originals["to"](self, *args, **kwargs)
+
+    def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _to(self, "cuda") if device == "cuda" and isinstance(self, FakeTensor) \
+            else originals["cuda"](self, *args, **kwargs)
+    for name, method in (("__getitem__", getitem), ("to", to), ("cuda", cuda)):
+        stack.enter_context(mock.patch.object(torch.Tensor, name, method))
+    return stack
+
+
+class _AsTheDevice(TorchDispatchMode):
+    """Refuses a matmul or convolution of two floating dtypes, as the device's kernel does;
+    random fills fill nothing (fake tensors have no values; the device's generator is
+    absent)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in _FILLS:
+            return args[0]
+        where = _SAME_DTYPE.get(func)
+        if where is not None:
+            a, b = (args[i] for i in where)
+            if a.dtype != b.dtype:
+                raise RuntimeError(f"{func}: expected both operands to have the same dtype, "
+                                   f"but got: {a.dtype} != {b.dtype} (the device's kernel "
+                                   "refuses them; so does the fake device)")
+        return func(*args, **(kwargs or {}))
+
+
+def _apply(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor],
+           recurse: bool = True) -> torch.nn.Module:
+    """``Module._apply`` making new parameters (a fake parameter cannot be swapped)."""
+    for child in module.children() if recurse else ():
+        _apply(child, fn)
+    for key, param in module._parameters.items():
+        if param is not None:
+            with torch.no_grad():
+                module._parameters[key] = torch.nn.Parameter(fn(param), param.requires_grad)
+    for key, buffer in module._buffers.items():
+        if buffer is not None:
+            module._buffers[key] = fn(buffer)
+    return module
+
+
+@contextlib.contextmanager
+def on_device(target: Target) -> Iterator[None]:
+    """Where a wrapper check builds and runs its wrapper: the device, or the fake device
+    made to behave like it (no autograd history: building it aborts without the device)."""
+    if not target.fake:
+        with target.tensors():
+            yield
+        return
+    with target.tensors(), available(target.device), torch.no_grad(), \
+            mock.patch.object(torch.nn.Module, "_apply", _apply), _methods(target.device), \
+            _AsTheDevice():
+        try:
+            yield
+        except (RuntimeError, AssertionError, NotImplementedError) as exc:
+            if not _ABSENT.search(f"{type(exc).__name__}: {exc}"):
+                raise
+            raise NotApplicable(f"not applicable on a fake device: "
+                                f"{type(exc).__name__}: {first_line(exc, 200)}") from exc
