@@ -426,6 +426,8 @@ def test_restarts_follow_progress_and_stop_only_when_told():
     limits = supervised.Limits()
     assert limits.give_up(restarts=500, in_a_row=2, elapsed=1e6) is None  # no fixed cap
     assert "device is dead" in limits.give_up(restarts=2, in_a_row=3, elapsed=0)
+    fake = limits.give_up(restarts=2, in_a_row=3, elapsed=0, fake=True)
+    assert "device is dead" not in fake and "the processes died, not a device" in fake
     assert "--max-restarts 4" in supervised.Limits(max_restarts=4).give_up(4, 0, 0)
     assert "--time-budget 60 s" in supervised.Limits(time_budget=60).give_up(1, 0, 61)
 

@@ -85,9 +85,14 @@ class Limits:
     dead_after: int = DEAD_AFTER
     time_budget: float | None = None
 
-    def give_up(self, restarts: int, in_a_row: int, elapsed: float) -> str | None:
+    def give_up(self, restarts: int, in_a_row: int, elapsed: float, fake: bool = False
+                ) -> str | None:
         """Why no fresh process should start after ``restarts`` restarts, the last
-        ``in_a_row`` processes having stopped in their first item, ``elapsed`` s in; or None."""
+        ``in_a_row`` processes having stopped in their first item, ``elapsed`` s in; or None.
+        On a fake device no device can die: the processes did."""
+        if in_a_row >= self.dead_after and fake:
+            return (f"{in_a_row} processes in a row died in their first item on a fake device "
+                    "(the processes died, not a device: no device is used), no op blamed")
         if in_a_row >= self.dead_after:
             return (f"the device is dead: {in_a_row} processes in a row lost it (or died) in "
                     "their first item, no op blamed")
@@ -440,7 +445,8 @@ def _children(command: list[str], report: Path, hang: float, limits: Limits
         started, selected = _started([p for p, _, _ in parts])
         left = selected - len(started)
         in_a_row = in_a_row + 1 if _no_progress(path, run_) else 0
-        gave_up = limits.give_up(len(parts) - 1, in_a_row, time.monotonic() - begun)
+        gave_up = limits.give_up(len(parts) - 1, in_a_row, time.monotonic() - begun,
+                                 bool(parts[-1][2].get("fake")))
         if left > 0 and gave_up:
             break
         if len(parts) == 1:
