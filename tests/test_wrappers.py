@@ -11,6 +11,7 @@ from amp_conformance.checks.registry import mutants
 from amp_conformance.checks.wrappers import (
     DeclarationError,
     failure,
+    fake_device,
     forward,
     forward_contract,
     nesting,
@@ -19,8 +20,10 @@ from amp_conformance.checks.wrappers import (
     validate,
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase, cases
+from amp_conformance.checks.wrappers.declare import RegionFactory
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
 
 CATALOGUE = mutants()
 
@@ -299,3 +302,41 @@ def test_a_single_use_region_must_refuse_a_second_entry():
     with pytest.raises(ConformanceFailure, match=failure.SINGLE_USE):
         nesting.check_reuse(dataclasses.replace(case, wrapper=dataclasses.replace(
             REGION, single_use="claimed, yet torch.autocast can be entered again")))
+
+
+#: on a fake device: the region and runner bugs whose checks need no autograd
+_FAKE_CAUGHT = ("restored", "nest", "reuse", "threads", "decorator")
+
+
+@pytest.mark.parametrize("decl,check,name,promise,detail", [
+    b for b in PLANTED_BROKEN if b[2] in _FAKE_CAUGHT and isinstance(b[0], RegionFactory)],
+    ids=lambda v: getattr(v, "name", None))
+def test_a_planted_region_is_caught_on_a_fake_cuda_device_too(decl, check, name, promise,
+                                                            detail):
+    """With CUDA made to look available in every check, a region factory's state checks
+    run on a fake device as on a real one."""
+    decl = dataclasses.replace(decl, devices=("cuda",))
+    case = next(c for c in cases([decl], "cuda", (torch.bfloat16,), fake=True)
+                if c.check == name and c.amp_dtype == torch.bfloat16)
+    with pytest.raises(ConformanceFailure, match=re.escape(promise)), \
+            fake_device.on_device(Target("cuda", True)):
+        check(case)
+
+
+def test_a_sound_wrapper_of_every_kind_passes_on_a_fake_cuda_device(pytester):
+    """torch.autocast as a region and a runner, torch.amp.custom_fwd for CUDA, the disabled
+    region as an island: every check passes or is skipped with why, none fails."""
+    pytester.makepyfile(decl='''
+        import dataclasses, torch
+        from amp_conformance.checks.wrappers import ForwardDecorator, planted
+        WRAPPERS = [dataclasses.replace(d, devices=("cuda",)) for d in planted.REFERENCE
+                    if not isinstance(d, ForwardDecorator)] + [ForwardDecorator(
+            name="custom_fwd.cuda", decorate=lambda fn: torch.amp.custom_fwd(
+                fn, device_type="cuda", cast_inputs=torch.float32),
+            cast_dtype=torch.float32, casts_on=("cuda",), devices=("cuda",))]
+    ''')
+    result = pytester.runpytest(*SUITE, "--device", "cuda", "--fake", "--wrapper",
+                                "decl:WRAPPERS", "-p", "no:cacheprovider", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 30 and not outcomes.get("failed"), result.stdout.str()
+    assert "enters the device's own autocast" not in result.stdout.str()

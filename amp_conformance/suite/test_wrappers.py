@@ -16,9 +16,12 @@ tier's seam, ``checks/wrappers/tier.py``): the default run has no item of it.
   numerics, devices).
 """
 
+from collections.abc import Callable
+
 import pytest
 
 from amp_conformance.checks.wrappers import (
+    fake_device,
     forward,
     forward_contract,
     island,
@@ -29,6 +32,7 @@ from amp_conformance.checks.wrappers import (
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.core.errors import NotApplicable
+from amp_conformance.core.target import Target
 
 pytestmark = pytest.mark.amp_check("wrappers")
 
@@ -51,33 +55,40 @@ ISLAND = {"float32": island.check_float32, "restored": island.check_restored,
           "numerics": island.check_numerics, "devices": other_devices.check_devices}
 
 
+def _on_device(case: WrapperCase, check: Callable[[], object]) -> object:
+    """The check on its device; a fake one made to behave like it, what it cannot do
+    skipped with why."""
+    try:
+        with fake_device.on_device(Target(case.device, case.fake)):
+            return check()
+    except NotApplicable as exc:
+        pytest.skip(str(exc))
+
+
 def test_wrapper_region(amp_wrapper_case: WrapperCase, amp_settings, record_property):
     """The region factory keeps the promise the id's last part names."""
     if amp_wrapper_case.check == "policy":
-        checked = region.check_policy(amp_wrapper_case, amp_settings.oplists,
-                                      amp_settings.numerics)
+        checked = _on_device(amp_wrapper_case, lambda: region.check_policy(
+            amp_wrapper_case, amp_settings.oplists, amp_settings.numerics))
         if not checked:
             pytest.skip(f"not applicable: no op-list entry of {amp_wrapper_case.device} "
                         "applies to this dtype")
         record_property("amp_wrapper_entries", checked)
         return
-    REGION[amp_wrapper_case.check](amp_wrapper_case)
+    _on_device(amp_wrapper_case, lambda: REGION[amp_wrapper_case.check](amp_wrapper_case))
 
 
 def test_wrapper_runner(amp_wrapper_case: WrapperCase):
     """The region runner keeps the promise the id's last part names."""
-    RUNNER[amp_wrapper_case.check](amp_wrapper_case)
+    _on_device(amp_wrapper_case, lambda: RUNNER[amp_wrapper_case.check](amp_wrapper_case))
 
 
 def test_wrapper_forward(amp_wrapper_case: WrapperCase):
     """The forward decorator keeps the promise the id's last part names."""
-    FORWARD[amp_wrapper_case.check](amp_wrapper_case)
+    _on_device(amp_wrapper_case, lambda: FORWARD[amp_wrapper_case.check](amp_wrapper_case))
 
 
 def test_wrapper_island(amp_wrapper_case: WrapperCase):
     """The float32 island keeps the promise the id's last part names (skipped with why
     where it does not apply)."""
-    try:
-        ISLAND[amp_wrapper_case.check](amp_wrapper_case)
-    except NotApplicable as exc:
-        pytest.skip(str(exc))
+    _on_device(amp_wrapper_case, lambda: ISLAND[amp_wrapper_case.check](amp_wrapper_case))

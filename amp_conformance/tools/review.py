@@ -1,15 +1,18 @@
-"""``python -m amp_conformance review LIST.toml [--accept ID ...] [--keep ID ...]``: the
-departures ``discover`` left for a person to decide, listed and decided.
+"""``python -m amp_conformance review LIST.toml [--accept KEY|ID ...] [--keep KEY|ID ...]``:
+the departures ``discover`` left for a person to decide, listed in groups and decided.
 
 ``discover`` writes each departure from the reference as a ``# REVIEW <id>:`` block: the
 reference's expectation stays the active entry (so the departure fails until someone
 decides), and what the device did follows, commented out. Without options this command
-lists the blocks. ``--accept`` takes the device's observed entries for the ids it names
-(shell patterns: ``--accept 'conv*'``, ``--accept '*'``), ``--keep`` keeps the reference's
-expectation (the departure stays a failure: a kernel to fix, or an expected failure to
-declare). Each decided block keeps a comment of what the other side was, and the list is
-rewritten in place (``--out`` elsewhere) only once it loads. Exit status: 0, or 2 on bad
-input.
+lists the blocks grouped by what the reference expects against what the device did, per
+autocast dtype (:mod:`amp_conformance.tools.review_groups`). ``--accept`` takes the
+device's observed entries, ``--keep`` keeps the reference's expectation (the departure stays
+a failure: a kernel to fix, or, with ``--xfail-file PATH``, an expected failure declared);
+both take a group's key or ids (shell patterns). Accepting what is itself a failure (an
+error, a missing kernel, values departing from the control) is refused without
+``--accept-failures``, so that no pattern writes a bug into the list unnoticed. Each decided
+block keeps a comment of what the other side was, and the list is rewritten in place
+(``--out`` elsewhere) only once it loads. Exit status: 0, or 2 on bad input.
 """
 
 from __future__ import annotations

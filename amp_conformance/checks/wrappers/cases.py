@@ -37,10 +37,9 @@ FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward", "outside", "eligible"
 RUNNER_CHECKS = ("state", "restored", "nesting", DEVICES)
 #: a float32 island's checks, once per amp dtype of the run
 ISLAND_CHECKS = ("float32", "restored", "nesting", "grad", "numerics", DEVICES)
-#: the checks that run on a fake device (they need no values and no autograd)
-FAKE_CHECKS = {("island", "float32"), ("island", "restored"), ("island", "nesting"),
-               ("region", DEVICES), ("runner", DEVICES), ("forward", DEVICES),
-               ("island", DEVICES)}
+#: the checks that need autograd (on a fake device, not applicable: fake_device.py)
+AUTOGRAD = {("region", "cache"), ("region", "cache_mix"), ("forward", "backward"),
+            ("forward", "grad"), ("island", "grad")}
 
 
 @dataclass(frozen=True)
@@ -112,13 +111,10 @@ def _forward_check(w: ForwardDecorator, device: str, check: str) -> str:
 def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: bool,
                    cast_cache: bool = True) -> str | None:
     """Why ``case`` does not apply to this run, or None."""
-    if fake and case.kind == "island" and case.check == "grad":
+    if fake and (case.kind, case.check) in AUTOGRAD:
         return FAKE_AUTOGRAD.format(device=case.device)
     if fake and case.kind == "island" and case.check == "numerics":
         return "not applicable in --fake mode: fake tensors carry no values"
-    if fake and (case.kind, case.check) not in FAKE_CHECKS:
-        return ("not applicable in --fake mode: a wrapper enters the device's own autocast, "
-                "which needs the device")
     w = case.wrapper
     if isinstance(w, Float32Island):
         if w.amp_dtypes and case.amp_dtype not in w.amp_dtypes:

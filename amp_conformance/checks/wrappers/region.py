@@ -307,7 +307,7 @@ SPOT_POLICIES = {"lower": ("mm", "linear"), "fp32": ("mse_loss", "softmax"),
 
 def spot_cases(case: WrapperCase, oplists: tuple[str, ...], numerics: str) -> list[Case]:
     """One op-list entry of each spot-checked policy that applies to this dtype."""
-    target = RegionTarget(case.device, region=lambda: region(case))
+    target = RegionTarget(case.device, case.fake, region=lambda: region(case))
     entries = load_oplist(case.device, oplists).entries
     chosen = []
     for policy, preferred in SPOT_POLICIES.items():
