@@ -267,27 +267,7 @@ def validate(wrapper: Any) -> Wrapper:
         _require(callable(wrapper.runs), name, "runs", "expected runs(body, precision, device)")
         _precisions(wrapper)
     elif isinstance(wrapper, Float32Island):
-        _require((wrapper.build is None) != (wrapper.context is None), name, "build",
-                 "declare exactly one of build (a function or module) and context (a context "
-                 "manager)")
-        _require(wrapper.build is None or callable(wrapper.build), name, "build",
-                 "expected build(device) -> the island")
-        _require(wrapper.context is None or callable(wrapper.context), name, "context",
-                 "expected context(device) -> a context manager")
-        _require(callable(wrapper.inputs), name, "inputs", "expected inputs(device) -> tensors")
-        returns = wrapper.returns if isinstance(wrapper.returns, tuple) else (wrapper.returns,)
-        _require(bool(returns) and all(r in RETURNS for r in returns), name, "returns",
-                 f"expected one of {', '.join(RETURNS)} or a tuple of them, got "
-                 f"{wrapper.returns!r}")
-        _require(wrapper.reference is None or callable(wrapper.reference), name, "reference",
-                 "expected a callable or None")
-        _require(isinstance(wrapper.amp_dtypes, tuple) and all(
-            d in (torch.float16, torch.bfloat16) for d in wrapper.amp_dtypes), name,
-            "amp_dtypes", "expected a tuple of torch.float16 and torch.bfloat16 (empty: all)")
-        ending = wrapper.ending if isinstance(wrapper.ending, tuple) else (wrapper.ending,)
-        _require(wrapper.ending is None or (bool(ending) and all(e in RETURNS for e in ending)),
-                 name, "ending", f"expected None, one of {', '.join(RETURNS)} or a tuple of "
-                 f"them, got {wrapper.ending!r}")
+        _island(wrapper)
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,
@@ -302,3 +282,28 @@ def validate(wrapper: Any) -> Wrapper:
         _require(wrapper.decorate_backward is None or callable(wrapper.decorate_backward),
                  name, "decorate_backward", "expected a callable or None")
     return wrapper
+
+
+def _island(wrapper: Float32Island) -> None:
+    name = wrapper.name
+    _require((wrapper.build is None) != (wrapper.context is None), name, "build",
+             "declare exactly one of build (a function or module) and context (a context "
+             "manager)")
+    _require(wrapper.build is None or callable(wrapper.build), name, "build",
+             "expected build(device) -> the island")
+    _require(wrapper.context is None or callable(wrapper.context), name, "context",
+             "expected context(device) -> a context manager")
+    _require(callable(wrapper.inputs), name, "inputs", "expected inputs(device) -> tensors")
+    returns = wrapper.returns if isinstance(wrapper.returns, tuple) else (wrapper.returns,)
+    _require(bool(returns) and all(r in RETURNS for r in returns), name, "returns",
+             f"expected one of {', '.join(RETURNS)} or a tuple of them, got "
+             f"{wrapper.returns!r}")
+    _require(wrapper.reference is None or callable(wrapper.reference), name, "reference",
+             "expected a callable or None")
+    _require(isinstance(wrapper.amp_dtypes, tuple) and all(
+        d in (torch.float16, torch.bfloat16) for d in wrapper.amp_dtypes), name,
+        "amp_dtypes", "expected a tuple of torch.float16 and torch.bfloat16 (empty: all)")
+    ending = wrapper.ending if isinstance(wrapper.ending, tuple) else (wrapper.ending,)
+    _require(wrapper.ending is None or (bool(ending) and all(e in RETURNS for e in ending)),
+             name, "ending", f"expected None, one of {', '.join(RETURNS)} or a tuple of "
+             f"them, got {wrapper.ending!r}")
