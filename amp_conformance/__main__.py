@@ -25,8 +25,8 @@ COMMANDS = {
     "matrix": ("amp_conformance.tools.matrix",
                "the torch-version matrix table of docs/versions.md from reports/<release>/"),
     "review": ("amp_conformance.tools.review",
-               "list the departures discover left to review in an op list; accept the "
-               "device's behaviour or keep the reference's"),
+               "list the departures discover left in an op list, grouped (the reference's "
+               "expectation beside the device's behaviour); accept or keep per group or entry"),
     "run": ("amp_conformance.tools.run",
             "a supervised suite run: a crash, os._exit, a hang or zero executed checks is "
             "never a pass"),
