@@ -215,3 +215,16 @@ def test_accepting_a_failure_is_refused_unless_asked_and_then_recorded(tmp_path)
 def test_the_flags_of_a_decision_alone_are_a_usage_error(tmp_path):
     status, _, err = _review(tmp_path, "--accept-failures")
     assert status == 2 and "go with a decision: --keep KEY|ID or --accept KEY|ID" in err
+
+
+def test_each_dtype_is_its_own_side_and_alike_groups_are_told_apart_by_dtype():
+    from amp_conformance.tools import review, review_groups
+
+    text = REVIEWED + "\n".join([
+        _block("mv", "mv", "torch_16", f"float16: {NO_KERNEL}; bfloat16: lower", UNCHANGED),
+        _block("addr", "addr", "torch_16", f"float16: {NO_KERNEL}", UNCHANGED)])
+    keys = {g.key: g.ids for g in review_groups.group(review.blocks(text.splitlines()))}
+    assert keys == {"lower/unchanged-no-kernel@float16,bfloat16": ["mm", "bmm"],
+                    "lower/unchanged-no-kernel@float16": ["addr"],
+                    "lower/float16=unchanged-no-kernel,bfloat16=lower": ["mv"],
+                    "fp32/missing-kernel": ["exp"], "lower/unchanged-values-differ": ["addmm"]}
