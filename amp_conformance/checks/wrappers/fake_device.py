@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
@@ -153,28 +152,14 @@ def _apply(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor],
     return module
 
 
-_ACTIVE = threading.local()
-_ACTIVE.on = False
-
-
-@contextlib.contextmanager
-def _active() -> Iterator[None]:
-    _ACTIVE.on = True
-    try:
-        yield
-    finally:
-        _ACTIVE.on = False
-
-
 @contextlib.contextmanager
 def on_device(target: Target) -> Iterator[None]:
     """Where a wrapper check builds and runs its wrapper: the device, or the fake device
     made to behave like it (no autograd history: building it aborts without the device)."""
-    if not target.fake or _ACTIVE.on:  # a real device; or inside this already
-        with target.tensors() if not target.fake else contextlib.nullcontext():
-            yield
+    if not target.fake or torch.nn.Module._apply is _apply:  # real; or inside this already
+        yield
         return
-    with _active(), target.tensors(), available(target.device), torch.no_grad(), \
+    with target.tensors(), available(target.device), torch.no_grad(), \
             mock.patch.object(torch.nn.Module, "_apply", _apply), _methods(target.device), \
             _AsTheDevice():
         try:

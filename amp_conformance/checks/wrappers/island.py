@@ -63,13 +63,13 @@ class Trace(TorchDispatchMode):
         if computes:
             self.ops.append((str(func), tuple(t.dtype for t in floating)))
             self._computed.update((id(t), t) for t in floating)
-        elif self.core_end is None and any(
-                id(a) in self._computed and a.dtype == torch.float32 for a in tensors_in(args)) \
+            return out
+        computed = [a for a in tensors_in(args) if id(a) in self._computed]
+        if self.core_end is None and any(a.dtype == torch.float32 for a in computed) \
                 and any(t.dtype != torch.float32 for t in floating):
             self.core_end = len(self.ops)
-        if not computes:
-            self._computed.update((id(t), t) for t in floating if id(t) not in self._computed
-                                  and any(id(a) in self._computed for a in tensors_in(args)))
+        if computed:  # a cast or view of a computed value is one too
+            self._computed.update((id(t), t) for t in floating)
         return out
 
     def lower(self, dtype: torch.dtype = torch.float32,
