@@ -36,6 +36,13 @@ def test_catalogue_has_at_least_25_mutants():
     assert len([m for m in CATALOGUE.values() if not m.fake]) >= 25
 
 
+def test_the_selftest_page_says_how_many_mutants_the_catalogue_holds():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "selftest.md").read_text()
+    assert f"The catalogue holds {len(CATALOGUE)} mutants" in page
+
+
 def test_names_are_unique_and_match_their_keys():
     assert all(name == m.name for name, m in CATALOGUE.items())
     with pytest.raises(ValueError, match="registered twice"):

@@ -134,6 +134,28 @@ for _name, _bug, _promise, _check, _text, _what in _ISLANDS:
             select=f"test_wrapper_island and {_check}",
             options=OPTIONS, device=_device, fake=_fake,
         ))
+for _device, _fake in (("cpu", False), ("cuda", True)):
+    register(Mutant(
+        name="wrapper-island-leaves-through-other-device" + ("-fake-cuda" if _fake else ""),
+        description="a float32 island whose first call comes before it leaves autocast, and "
+                    "which then switches another device's autocast off too"
+                    + (" (on a fake cuda device)" if _fake else ""),
+        apply=lambda: planted.plant(island_function=planted.leaves_through_other),
+        expect=(ISLAND_FUNCTION, F.CHANGES_OTHER,
+                f"it changed {'cpu' if _fake else 'cuda'}'s autocast state"),
+        select="test_wrapper_island and devices",
+        options=OPTIONS, device=_device, fake=_fake,
+    ))
+register(Mutant(
+    name="wrapper-island-enters-region-fake-cuda",
+    description="a float32 island that enters its device's bfloat16 autocast where it meant "
+                "to leave it, on a fake cuda device (where torch.autocast('cuda') would "
+                "disable itself unless CUDA looks available)",
+    apply=lambda: planted.plant(island_function=planted.enters_region),
+    expect=(ISLAND_FUNCTION, F.ISLAND_FLOAT32, "computed in bfloat16"),
+    select="test_wrapper_island and float32",
+    options=OPTIONS, device="cuda", fake=True,
+))
 register(Mutant(
     name="wrapper-island-casts-back-wrong",
     description="a float32 island declared to return its input's dtype that casts its "

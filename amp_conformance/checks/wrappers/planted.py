@@ -293,6 +293,22 @@ def back_to_float16(*inputs: torch.Tensor) -> torch.Tensor:
         return float32_body(*inputs).to(torch.float16)
 
 
+def leaves_through_other(*inputs: torch.Tensor) -> torch.Tensor:
+    """A function island whose first call comes before it leaves autocast, and which then
+    switches another device's autocast off beside its own (CUDA's on cpu, CPU's elsewhere)."""
+    x, device = inputs[0].float(), inputs[0].device.type
+    other = "cuda" if device != "cuda" else "cpu"
+    with torch.autocast(other, enabled=False), torch.autocast(device, enabled=False):
+        return float32_body(x).to(inputs[0].dtype)
+
+
+def enters_region(*inputs: torch.Tensor) -> torch.Tensor:
+    """A function island that enters its device's autocast (bfloat16) where it meant to
+    leave it: without the device, torch.autocast("cuda") disables itself and hides it."""
+    with torch.autocast(inputs[0].device.type, dtype=torch.bfloat16):
+        return float32_body(*inputs).to(inputs[0].dtype)
+
+
 def island_function(*inputs: torch.Tensor) -> torch.Tensor:
     with torch.autocast(inputs[0].device.type, enabled=False):
         return float32_body(*inputs).to(inputs[0].dtype)
