@@ -14,6 +14,10 @@ tier's seam, ``checks/wrappers/tier.py``): the default run has no item of it.
   outside, eligible, after, grad, devices).
 - ``test_wrapper_island``: a Float32Island, per amp dtype (float32, restored, nesting, grad,
   numerics, devices).
+- ``test_wrapper_swap``: a RegionSwap, per amp dtype (state, restored, nesting, outside,
+  devices).
+- ``test_wrapper_predicate``: a Predicate, per amp dtype (state, nesting, devices).
+- ``test_wrapper_scaler``: a Scaler (scales, skips, unscale, state_dict).
 """
 
 from collections.abc import Callable
@@ -27,8 +31,11 @@ from amp_conformance.checks.wrappers import (
     island,
     nesting,
     other_devices,
+    predicate,
     region,
     runner,
+    scaling,
+    swap,
 )
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.core.errors import NotApplicable
@@ -53,6 +60,13 @@ RUNNER = {"state": runner.check_state, "restored": runner.check_restored,
 ISLAND = {"float32": island.check_float32, "restored": island.check_restored,
           "nesting": island.check_nesting, "grad": island.check_grad,
           "numerics": island.check_numerics, "devices": other_devices.check_devices}
+SWAP = {"state": swap.check_state, "restored": swap.check_restored,
+        "nesting": swap.check_nesting, "outside": swap.check_outside,
+        "devices": other_devices.check_devices}
+PREDICATE = {"state": predicate.check_state, "nesting": predicate.check_nesting,
+             "devices": other_devices.check_devices}
+SCALER = {"scales": scaling.check_scales, "skips": scaling.check_skips,
+          "unscale": scaling.check_unscale, "state_dict": scaling.check_state_dict}
 
 
 def _on_device(case: WrapperCase, check: Callable[[], object]) -> object:
@@ -92,3 +106,19 @@ def test_wrapper_island(amp_wrapper_case: WrapperCase):
     """The float32 island keeps the promise the id's last part names (skipped with why
     where it does not apply)."""
     _on_device(amp_wrapper_case, lambda: ISLAND[amp_wrapper_case.check](amp_wrapper_case))
+
+
+def test_wrapper_swap(amp_wrapper_case: WrapperCase):
+    """The region swap keeps the promise the id's last part names."""
+    _on_device(amp_wrapper_case, lambda: SWAP[amp_wrapper_case.check](amp_wrapper_case))
+
+
+def test_wrapper_predicate(amp_wrapper_case: WrapperCase):
+    """The predicate keeps the promise the id's last part names."""
+    _on_device(amp_wrapper_case, lambda: PREDICATE[amp_wrapper_case.check](amp_wrapper_case))
+
+
+def test_wrapper_scaler(amp_wrapper_case: WrapperCase):
+    """The scaler keeps the promise the id's last part names (on a fake device only what
+    needs no values nor autograd: the rest is skipped with why)."""
+    _on_device(amp_wrapper_case, lambda: SCALER[amp_wrapper_case.check](amp_wrapper_case))

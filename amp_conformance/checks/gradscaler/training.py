@@ -22,11 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from amp_conformance.checks.gradscaler.cases import IMPLEMENTATIONS, ORDERS, OptimizerCase
+from amp_conformance.checks.gradscaler.cases import IMPLEMENTATIONS, OPTIMIZERS, ORDERS, OptimizerCase
 from amp_conformance.checks.gradscaler.kernels import model_update
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
@@ -350,3 +351,62 @@ def check_workflow(device: str, name: str) -> None:
                                  f"expected {want}")
     compare_runs(where, scaled, control,
                  _names([make_model("cpu", seed=k) for k in range(count)]))
+
+
+# -- a library's scaler, through the same orders ----------------------------------------------
+
+
+def _plant_hook(value: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A gradient hook planting ``value`` in a weight's gradient during backward: a scaler
+    that runs backward itself (timm's NativeScaler) gets it where GradScaler would."""
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        grad[0, 0] = value
+        return grad
+    return hook
+
+
+def expected_from(state: dict, flags: list[bool]) -> list[float]:
+    """The scale after each update from the factors a scaler's ``state_dict()`` reports."""
+    scale, tracker, out = float(state["scale"]), int(state["_growth_tracker"]), []
+    for flag in flags:
+        step = model_update(scale, tracker, float(flag), float(state["growth_factor"]),
+                            float(state["backoff_factor"]), int(state["growth_interval"]))
+        scale, tracker = step.scale, step.tracker
+        out.append(scale)
+    return out
+
+
+def train_declared(target: Target, dtype: torch.dtype, make: Callable[[str], Any],
+                   step: Callable[..., Any], clip: float | None = None,
+                   resume_at: int | None = None) -> tuple[Trace, list[dict]]:
+    """TRAIN_STEPS steps of the control's model, data and optimizer (SGD with momentum,
+    plain) with a declared scaler's ``step`` (``clip``: clipped to it after unscale_), the
+    PLANTS spoiling their steps' gradients; ``resume_at``: from that step on, a fresh scaler
+    that loaded the first one's ``state_dict()``. Returns the trace (scales read from
+    ``state_dict()``) and the state dicts before the first step and at the resume."""
+    device = target.device
+    model, data = make_model(device), make_data(device, steps=TRAIN_STEPS)
+    opt = make_optimizer(OPTIMIZERS[0], "plain", model.parameters(), device)
+    scaler = make(device)
+    states = [dict(scaler.state_dict())]
+    trace = Trace(optimizers=[opt])
+    for i, (x, y) in enumerate(data):
+        if i == resume_at:
+            saved = scaler.state_dict()
+            scaler = make(device)
+            scaler.load_state_dict(saved)
+            states.append(dict(saved))
+        opt.zero_grad()
+        with target.autocast(dtype):
+            loss = F.mse_loss(model(x).float(), y)
+        plant = PLANTS.get(i)
+        handle = model[plant[1]].weight.register_hook(_plant_hook(plant[0])) if plant else None
+        try:
+            step(scaler, loss, opt, list(model.parameters()), clip)
+        finally:
+            if handle is not None:
+                handle.remove()
+        trace.scales.append(float(scaler.state_dict().get("scale", math.nan)))
+        trace.params.append(_snapshot([model]))
+    return trace, states

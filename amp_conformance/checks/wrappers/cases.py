@@ -16,8 +16,11 @@ import torch
 from amp_conformance.checks.wrappers.declare import (
     Float32Island,
     ForwardDecorator,
+    Predicate,
     RegionFactory,
     RegionRunner,
+    RegionSwap,
+    Scaler,
     Wrapper,
 )
 from amp_conformance.core import devices
@@ -37,9 +40,21 @@ FORWARD_CHECKS = ("casts", "inside", "kwargs", "backward", "outside", "eligible"
 RUNNER_CHECKS = ("state", "restored", "nesting", DEVICES)
 #: a float32 island's checks, once per amp dtype of the run
 ISLAND_CHECKS = ("float32", "restored", "nesting", "grad", "numerics", DEVICES)
+#: a region swap's checks, once per amp dtype of the run (the region it is entered in)
+SWAP_CHECKS = ("state", "restored", "nesting", "outside", DEVICES)
+#: a predicate's checks, once per amp dtype of the run
+PREDICATE_CHECKS = ("state", "nesting", DEVICES)
+#: a scaler's checks (the gradscaler family's training orders), once per wrapper
+SCALER_CHECKS = ("scales", "skips", "unscale", "state_dict")
 #: the checks that need autograd (on a fake device, not applicable: fake_device.py)
 AUTOGRAD = {("region", "cache"), ("region", "cache_mix"), ("forward", "backward"),
-            ("forward", "grad"), ("island", "grad")}
+            ("forward", "grad"), ("island", "grad"), ("scaler", "skips"),
+            ("scaler", "unscale"), ("scaler", "state_dict")}
+#: the kinds whose items are made once per amp dtype of the run (the dtype in their ids)
+PER_DTYPE = ("island", "swap", "predicate")
+_KIND = {RegionFactory: "region", RegionRunner: "runner", Float32Island: "island",
+         ForwardDecorator: "forward", RegionSwap: "swap", Predicate: "predicate",
+         Scaler: "scaler"}
 
 
 @dataclass(frozen=True)
@@ -59,13 +74,11 @@ class WrapperCase:
 
     @property
     def kind(self) -> str:
-        return ("region" if isinstance(self.wrapper, RegionFactory) else
-                "runner" if isinstance(self.wrapper, RegionRunner) else
-                "island" if isinstance(self.wrapper, Float32Island) else "forward")
+        return _KIND[type(self.wrapper)]
 
     @property
     def id(self) -> str:
-        if self.kind == "island":
+        if self.kind in PER_DTYPE:
             return (f"{self.device}-{devices.dtype_name(self.amp_dtype)}-{self.wrapper.name}-"
                     f"{self.check}")
         if self.precision is None:
@@ -94,9 +107,15 @@ def cases(wrappers: Sequence[Wrapper], device: str,
         elif isinstance(w, RegionRunner):
             found += [WrapperCase(w, device, c, dtype, precision, fake)
                       for precision, dtype in w.precisions.items() for c in RUNNER_CHECKS]
-        elif isinstance(w, Float32Island):
+        elif isinstance(w, (Float32Island, RegionSwap, Predicate)):
+            checks = {Float32Island: ISLAND_CHECKS, RegionSwap: SWAP_CHECKS,
+                      Predicate: PREDICATE_CHECKS}[type(w)]
             found += [WrapperCase(w, device, c, dtype, fake=fake)
-                      for dtype in run_dtypes or (torch.bfloat16,) for c in ISLAND_CHECKS]
+                      for dtype in run_dtypes or (torch.bfloat16,) for c in checks]
+        elif isinstance(w, Scaler):
+            dtype = torch.float16 if torch.float16 in run_dtypes or not run_dtypes \
+                else run_dtypes[0]
+            found += [WrapperCase(w, device, c, dtype, fake=fake) for c in SCALER_CHECKS]
         else:
             dtype = run_dtypes[0] if run_dtypes else torch.bfloat16
             found += [WrapperCase(w, device, _forward_check(w, device, c), dtype, fake=fake)
@@ -124,6 +143,12 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
         return None
     if isinstance(w, RegionRunner):
         return _precision_not_run(case, run_dtypes)
+    if isinstance(w, Scaler):
+        return (f"not applicable: {w.name} declares clips=False (the unscale-once check "
+                "clips between unscale_ and step)") if case.check == "unscale" and not w.clips \
+            else None
+    if isinstance(w, (RegionSwap, Predicate)):
+        return None
     if isinstance(w, ForwardDecorator):
         return _forward_not_applicable(w, case)
     noop = w.noop_devices.get(case.device)

@@ -15,6 +15,12 @@ context managers). A declaration says what the wrapper claims; the wrapper check
 - :class:`Float32Island`: a function, module or context manager that leaves autocast for a
   float32 computation (a layer that must not run in lower precision): inputs cast to
   float32, the device's autocast off inside, the caller's region back after.
+- :class:`RegionSwap`: a context manager that, entered inside a region, switches the
+  region's dtype (float16 to bfloat16 where the device supports it) and gives it back on exit.
+- :class:`Predicate`: a yes/no helper answering "is autocast on for this tensor's device"
+  (timm's ``fast_norm.is_autocast_enabled``).
+- :class:`Scaler`: a GradScaler, a subclass of one or a helper around one (timm's
+  ``NativeScaler``), held to the gradscaler family's training orders.
 
 A declaration is plain data plus callables; :func:`validate` turns a bad one into one
 :class:`DeclarationError` naming the wrapper and the field. Declarations reach a run through
@@ -37,6 +43,9 @@ BEHAVIOURS = (NOOP, ERROR, FALLBACK)
 #: the dtype a float32 island returns: float32, or its first floating input's dtype
 FLOAT32, INPUT = "float32", "input"
 RETURNS = (FLOAT32, INPUT)
+#: what a predicate is called with: a tensor, its ``torch.device``, or its device type
+TENSOR, DEVICE, DEVICE_TYPE = "tensor", "device", "device_type"
+TAKES = (TENSOR, DEVICE, DEVICE_TYPE)
 
 
 class DeclarationError(ValueError):
@@ -215,8 +224,72 @@ class RegionRunner:
     version: str = ""
 
 
-Wrapper = RegionFactory | RegionRunner | ForwardDecorator | Float32Island
-KINDS = (RegionFactory, RegionRunner, ForwardDecorator, Float32Island)
+@dataclass(frozen=True)
+class RegionSwap:
+    """A context manager that switches the dtype of the region it is entered in
+    (``make(device)`` -> a fresh one): inside, autocast stays on in ``to``; on exit the
+    region's dtype is back. Outside any enabled region it does nothing (``outside="noop"``:
+    autocast stays off) or raises (``"error"``)."""
+
+    name: str
+    make: Callable[[str], AbstractContextManager]
+    devices: tuple[str, ...]
+    #: the dtype the region computes in inside the swap
+    to: torch.dtype = torch.bfloat16
+    outside: str = NOOP
+    library: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A yes/no helper: ``answers(x)`` is whether autocast is on for the device of ``x``
+    (a tensor, its ``torch.device`` or its device type, as ``takes`` says), whatever the
+    other devices' states and the region's amp dtype."""
+
+    name: str
+    answers: Callable[[Any], bool]
+    devices: tuple[str, ...]
+    takes: str = TENSOR
+    library: str = ""
+    version: str = ""
+
+
+def documented_step(scaler: Any, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                    parameters: Any, clip: float | None) -> None:
+    """GradScaler's documented order: scale, backward, (unscale_, clip_grad_norm_), step,
+    update (the gradscaler family's ``step`` and ``clip`` orders)."""
+    scaler.scale(loss).backward()
+    if clip is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(parameters, clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """A loss scaler: ``make(device)`` -> a fresh one with ``state_dict()`` and
+    ``load_state_dict()`` (a GradScaler, a subclass, or a helper around one), and
+    ``step(scaler, loss, optimizer, parameters, clip)`` one training step with it (scale,
+    backward, with ``clip`` not None unscale_ and clip_grad_norm_ to it, step, update):
+    :func:`documented_step` for the GradScaler API, a lambda for a helper (timm's
+    ``NativeScaler``: ``s(loss, opt, clip_grad=clip, parameters=params)``)."""
+
+    name: str
+    make: Callable[[str], Any]
+    devices: tuple[str, ...]
+    step: Callable[..., Any] = documented_step
+    #: whether ``step`` clips (the unscale-once check needs it)
+    clips: bool = True
+    library: str = ""
+    version: str = ""
+
+
+Wrapper = (RegionFactory | RegionRunner | ForwardDecorator | Float32Island | RegionSwap
+           | Predicate | Scaler)
+KINDS = (RegionFactory, RegionRunner, ForwardDecorator, Float32Island, RegionSwap, Predicate,
+         Scaler)
 
 
 def _require(ok: bool, wrapper: str, name: str, problem: str) -> None:
@@ -239,7 +312,8 @@ def validate(wrapper: Any) -> Wrapper:
     """``wrapper`` if it is a well-formed declaration; else DeclarationError naming the field."""
     if not isinstance(wrapper, KINDS):
         raise DeclarationError(repr(wrapper)[:60], "type", "expected a RegionFactory, a "
-                               "RegionRunner, a ForwardDecorator or a Float32Island, got "
+                               "RegionRunner, a ForwardDecorator, a Float32Island, a "
+                               "RegionSwap, a Predicate or a Scaler, got "
                                f"{type(wrapper).__name__}")
     name = wrapper.name
     _require(isinstance(name, str) and bool(name.strip()) and "[" not in name and " " not in name,
@@ -268,6 +342,8 @@ def validate(wrapper: Any) -> Wrapper:
         _precisions(wrapper)
     elif isinstance(wrapper, Float32Island):
         _island(wrapper)
+    elif isinstance(wrapper, (RegionSwap, Predicate, Scaler)):
+        _new_shape(wrapper)
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
         _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,
@@ -307,3 +383,23 @@ def _island(wrapper: Float32Island) -> None:
     _require(wrapper.ending is None or (bool(ending) and all(e in RETURNS for e in ending)),
              name, "ending", f"expected None, one of {', '.join(RETURNS)} or a tuple of "
              f"them, got {wrapper.ending!r}")
+
+
+def _new_shape(wrapper: RegionSwap | Predicate | Scaler) -> None:
+    name = wrapper.name
+    if isinstance(wrapper, RegionSwap):
+        _require(callable(wrapper.make), name, "make", "expected make(device) -> a context "
+                 "manager")
+        _require(wrapper.to in (torch.float16, torch.bfloat16), name, "to",
+                 f"expected torch.float16 or torch.bfloat16, got {wrapper.to!r}")
+        _require(wrapper.outside in (NOOP, ERROR), name, "outside",
+                 f"expected {NOOP!r} or {ERROR!r}, got {wrapper.outside!r}")
+    elif isinstance(wrapper, Predicate):
+        _require(callable(wrapper.answers), name, "answers", "expected answers(x) -> bool")
+        _require(wrapper.takes in TAKES, name, "takes",
+                 f"expected one of {', '.join(TAKES)}, got {wrapper.takes!r}")
+    else:
+        _require(callable(wrapper.make), name, "make", "expected make(device) -> a scaler")
+        _require(callable(wrapper.step), name, "step",
+                 "expected step(scaler, loss, optimizer, parameters, clip)")
+        _require(isinstance(wrapper.clips, bool), name, "clips", "expected True or False")

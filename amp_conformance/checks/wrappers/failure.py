@@ -51,10 +51,25 @@ ISLAND_GRAD = "lets gradients through to its inputs and parameters, in their own
 ISLAND_NUMERICS = "computes what the same float32 computation computes outside autocast"
 READS_OTHER = "reads its own device's autocast state, not another device's"
 CHANGES_OTHER = "leaves every other device's autocast state alone"
+SWAP_STATE = "switches the region it is entered in to its dtype, autocast kept on"
+SWAP_RESTORED = "gives the region's state back on exit, on return and on an exception"
+SWAP_NESTING = ("keeps each state when nested in itself, around a region, and inside a "
+                "disabled region")
+SWAP_OUTSIDE = "outside any enabled region does as declared (outside='noop' or 'error')"
+PREDICATE = ("answers whether autocast is on for its argument's device, in either amp dtype, "
+             "and leaves the state alone")
+PREDICATE_NESTED = "answers for the innermost region: a disabled one nested inside says no"
+SCALES = "scales the loss it backpropagates: the loss times the scale, in the loss's dtype"
+SKIPS = ("skips every step whose gradients hold an inf or a nan, backs off the scale, and "
+         "otherwise trains as unscaled training does")
+UNSCALE_ONCE = "unscales the gradients once: after unscale_ and clipping, step does not again"
+ROUND_TRIP = ("a fresh scaler loading its state_dict() holds the same state and trains on as "
+              "the original does")
 
 #: the declaration class each kind of case names in a reproduction
 _CLASSES = {"region": "RegionFactory", "runner": "RegionRunner", "forward": "ForwardDecorator",
-            "island": "Float32Island"}
+            "island": "Float32Island", "swap": "RegionSwap", "predicate": "Predicate",
+            "scaler": "Scaler"}
 
 
 def where(case: WrapperCase) -> str:
@@ -62,7 +77,7 @@ def where(case: WrapperCase) -> str:
     if case.wrapper.library:
         text += f" ({case.wrapper.library} {case.wrapper.version})".replace(" )", ")")
     text += f" on {case.device}" + (" (fake)" if case.fake else "")
-    if case.kind == "island":
+    if case.kind in ("island", "swap", "predicate", "scaler"):
         text += f", in a {devices.dtype_name(case.amp_dtype)} region"
     if case.precision is not None:
         text += f", precision {case.precision!r} ({devices.dtype_name(case.amp_dtype)})"

@@ -10,9 +10,12 @@ wrapper and the promise it breaks (``checks/wrappers/failure.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amp_conformance.checks.mutation import Mutant, register
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers import planted
+from amp_conformance.checks.wrappers import planted_shapes as shapes
 
 OPTIONS = ("--wrapper", "amp_conformance.checks.wrappers.planted:PLANTED")
 REGION, FORWARD = "wrapper planted.region", "wrapper planted.forward"
@@ -174,3 +177,75 @@ register(Mutant(
     select="test_wrapper_runner and state",
     options=OPTIONS,
 ))
+
+
+# issue 48: region swaps, predicates and scalers
+SWAP, PREDICATE, SCALER = "wrapper planted.swap ", "wrapper planted.predicate ", \
+    "wrapper planted.scaler "
+_TIERS = (("cpu", False), ("cuda", True))
+_SHAPES = [
+    ("wrapper-swap-no-restore-on-error", SWAP, "swap", shapes.swap_of("no_restore_on_error"),
+     F.SWAP_RESTORED, "restored", "after an exception inside it: dtype",
+     "a region swap that gives the region's dtype back only when its body returns"),
+    ("wrapper-swap-reads-other-device", SWAP, "swap", shapes.swap_of("reads_other"),
+     F.READS_OTHER, "devices", "it reads {other}'s state", "a region swap that asks another "
+     "device's flag (CUDA's on cpu, CPU's elsewhere) whether a region is on"),
+    ("wrapper-swap-enters-outside", SWAP, "swap", shapes.swap_of("enters"), F.SWAP_OUTSIDE,
+     "outside", "expected autocast off", "a region swap that is torch.autocast(device, "
+     "dtype=bfloat16): outside any region it turns autocast on"),
+    ("wrapper-predicate-reads-other-device", PREDICATE, "predicate", shapes.reads_other,
+     F.PREDICATE, "state", "inside the region: answered False", "a predicate that reads "
+     "another device's flag (torch.is_autocast_enabled() without a device for CPU tensors)"),
+    ("wrapper-predicate-float16-only", PREDICATE, "predicate", shapes.float16_only,
+     F.PREDICATE, "state and bfloat16", "inside the region: answered False",
+     "a predicate that answers whether float16 autocast is on: no in a bfloat16 region"),
+    ("wrapper-predicate-cached", PREDICATE, "predicate", None, F.PREDICATE, "state",
+     "inside the region: answered False", "a predicate that remembers its first answer "
+     "per device type"),
+    ("wrapper-scaler-scales-in-half", SCALER, "scaler", "scales_in_half", F.SCALES, "scales",
+     "backward received a float16 tensor", "a scaler helper that backpropagates the scaled "
+     "loss cast to float16 (it overflows at the default scale)"),
+    ("wrapper-scaler-unscaled-backward", SCALER, "scaler", "unscaled_backward", F.SCALES,
+     "scales", "backward received the loss itself", "a scaler helper that backpropagates "
+     "the plain loss when it does not clip"),
+]
+
+
+def _planting(kind: str, impl: object) -> Callable[[], Callable[[], None]]:
+    """The apply of a shape's mutant: a helper's bug, a fresh cached predicate, or ``impl``."""
+    if kind == "scaler":
+        return lambda: shapes.plant_helper(str(impl))
+    if impl is None:
+        return lambda: shapes.plant(predicate=shapes.cached())
+    return lambda: shapes.plant(**{kind: impl})
+
+
+for _name, _who, _kind, _impl, _promise, _check, _text, _what in _SHAPES:
+    for _device, _fake in _TIERS:
+        _apply = _planting(_kind, _impl)
+        register(Mutant(
+            name=_name + ("-fake-cuda" if _fake else ""),
+            description=_what + (" (on a fake cuda device)" if _fake else ""),
+            apply=_apply,
+            expect=(_who, _promise, _text.format(other="cpu" if _fake else "cuda")),
+            select=f"test_wrapper_{_kind} and {_check}",
+            options=OPTIONS, device=_device, fake=_fake,
+        ))
+# the scaler's value checks need autograd: on cpu only (a fake device skips them with why)
+for _name, _bug, _promise, _check, _text, _what in [
+    ("wrapper-scaler-never-skips", "never_skips", F.SKIPS, "skips", "must be skipped",
+     "a scaler helper that steps the optimizer itself, skipping no step"),
+    ("wrapper-scaler-unscales-twice", "unscales_twice", F.UNSCALE_ONCE, "unscale",
+     "differs from the unscaled control", "a scaler helper that unscales by hand before "
+     "clipping, and GradScaler.step unscales again"),
+    ("wrapper-scaler-load-ignored", "no_load", F.ROUND_TRIP, "state_dict",
+     "a fresh scaler's state_dict()", "a scaler helper whose load_state_dict does nothing "
+     "(as timm's ApexScaler where apex has none)"),
+]:
+    register(Mutant(
+        name=_name, description=_what,
+        apply=lambda bug=_bug: shapes.plant_helper(bug),
+        expect=(SCALER, _promise, _text),
+        select=f"test_wrapper_scaler and {_check}",
+        options=OPTIONS,
+    ))

@@ -136,8 +136,30 @@ class _Looking(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def _swap(case: WrapperCase, seen: _Seen) -> None:
+    from amp_conformance.checks.wrappers.swap import entered
+
+    with entered(case):
+        seen.look("inside the swap")
+    with I.target(case).autocast(case.amp_dtype):
+        seen.look("after the swap, in its region")
+        with contextlib.suppress(I.Raised), case.wrapper.make(case.device):
+            raise I.Raised
+        seen.look("after an exception inside the swap")
+
+
+def _predicate(case: WrapperCase, seen: _Seen) -> None:
+    from amp_conformance.checks.wrappers.predicate import argument
+
+    x = argument(case)
+    seen.look("its answer outside any region", case.wrapper.answers(x))
+    with I.target(case).autocast(case.amp_dtype):
+        seen.look("its answer inside a region", case.wrapper.answers(x))
+
+
 RUNS: dict[str, Callable[[WrapperCase, _Seen], None]] = {
-    "region": _region, "runner": _runner, "forward": _forward, "island": _island}
+    "region": _region, "runner": _runner, "forward": _forward, "island": _island,
+    "swap": _swap, "predicate": _predicate}
 
 
 def settings(dtype: torch.dtype) -> tuple[State, ...]:
@@ -229,6 +251,9 @@ def _lines(case: WrapperCase, other: str, setting: State | None = None) -> list[
            "forward": ["print(decl.decorate(lambda x: x.dtype)(torch.ones(2, device="
                        f"{case.device!r})))"],
            "island": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",
-                      f"    print(decl.island({case.device!r})(*decl.inputs({case.device!r})))"]}
+                      f"    print(decl.island({case.device!r})(*decl.inputs({case.device!r})))"],
+           "swap": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",
+                    f"    with decl.make({case.device!r}):", f"        {state}"],
+           "predicate": [f"print(decl.answers(torch.ones(2, device={case.device!r})))"]}
     return [f"torch.set_autocast_enabled({other!r}, {enabled}); "
             f"torch.set_autocast_dtype({other!r}, {dtype})", *run[case.kind]]

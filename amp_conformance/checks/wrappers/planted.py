@@ -3,7 +3,8 @@ broken wrappers (the mutants of ``mutants_wrappers.py``).
 
 - ``REFERENCE``: ``torch.autocast`` declared as a RegionFactory and
   ``torch.amp.custom_fwd``/``custom_bwd`` as a ForwardDecorator; every wrapper check passes.
-- ``PLANTED``: the same promises under the names ``planted.region`` and ``planted.forward``,
+- ``PLANTED``: the same promises under the names ``planted.region`` and ``planted.forward``
+  (and the region swap, predicate and scaler of ``planted_shapes.py``),
   whose behaviour is the reference's until a mutant plants a broken implementation
   (:func:`plant`): the selftest's baseline runs them sound, each mutant's run broken.
 - ``LEAKS_DTYPE``, ``NEVER_CLEARS_CACHE``, ``FIRST_ARG_ONLY``, ``AUTOCAST_ON_INSIDE``,
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from amp_conformance.checks.wrappers import planted_shapes
 from amp_conformance.checks.wrappers.declare import (
     ERROR,
     Float32Island,
@@ -365,6 +367,7 @@ PLANTED = [
                 build=lambda d: lambda *x: _PLANTED["island_function"](*x),
                 reference=float32_body),
     runner_decl("planted.runner", lambda body, p, d: _PLANTED["runs"](body, p, d)),
+    *planted_shapes.PLANTED,  # planted.swap, planted.predicate, planted.scaler
 ]
 
 LEAKS_DTYPE = region_decl("planted.leaks_dtype", leaky_region)

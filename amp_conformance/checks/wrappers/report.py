@@ -15,7 +15,8 @@ _FAILED = ("failed", "error")
 
 #: the declared shapes, as the section names them
 SHAPES = {"region": "region factory", "runner": "region runner", "forward": "forward decorator",
-          "island": "float32 island"}
+          "island": "float32 island", "swap": "region swap", "predicate": "predicate",
+          "scaler": "scaler"}
 
 
 def rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -40,7 +41,8 @@ def rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if r.get("amp_dtype") and r["amp_dtype"] not in dtypes:
                 dtypes.append(r["amp_dtype"])
         if outcome in _FAILED:
-            item = "-".join(p for p in (r.get("amp_dtype") if w.get("kind") == "island" else
+            per_dtype = w.get("kind") in ("island", "swap", "predicate")
+            item = "-".join(p for p in (r.get("amp_dtype") if per_dtype else
                                         w.get("precision"), w.get("check")) if p)
             row["causes"].setdefault(_promise(r.get("message")), []).append(item)
     return found

@@ -25,7 +25,10 @@ FIXTURE = "amp_wrapper_case"
 FUNCTIONS = {"test_wrapper_region": declare.RegionFactory,
              "test_wrapper_runner": declare.RegionRunner,
              "test_wrapper_forward": declare.ForwardDecorator,
-             "test_wrapper_island": declare.Float32Island}
+             "test_wrapper_island": declare.Float32Island,
+             "test_wrapper_swap": declare.RegionSwap,
+             "test_wrapper_predicate": declare.Predicate,
+             "test_wrapper_scaler": declare.Scaler}
 _KINDS = declare.KINDS
 
 
@@ -34,7 +37,8 @@ class WrapperTier(Tier):
     options = {"--wrapper": dict(
         dest="amp_wrappers", action="append", default=[], metavar="MODULE:NAME",
         help="check a library's autocast wrapper: NAME in MODULE is a RegionFactory, "
-             "RegionRunner, ForwardDecorator or Float32Island (amp_conformance.checks."
+             "RegionRunner, ForwardDecorator, Float32Island, RegionSwap, Predicate or Scaler "
+             "(amp_conformance.checks."
              "wrappers), a list of them, or a callable returning either; repeatable; opt-in "
              "(no wrapper item without it)")}
 
@@ -75,9 +79,7 @@ class WrapperTier(Tier):
 def params(metafunc: Any, settings: Any) -> list[Any]:
     """The declared wrappers' items of one suite function (its kind), the ones that do not
     apply marked skip with why."""
-    kind = {"test_wrapper_region": "region", "test_wrapper_runner": "runner",
-            "test_wrapper_forward": "forward", "test_wrapper_island": "island"}[
-        metafunc.definition.originalname]
+    kind = metafunc.definition.originalname.removeprefix("test_wrapper_")
     cache = settings.declarations.capabilities.cast_cache
     found = []
     for case in cases(settings.wrappers, settings.device, settings.amp_dtypes, settings.fake):
@@ -138,8 +140,8 @@ def _declarations(where: str, result: Any) -> list[Any]:
         return list(result)
     raise pytest.UsageError(f"amp-conformance: {where}: gave {type(result).__name__} "
                             f"{reprlib.repr(result)}; expected a RegionFactory, a "
-                            "RegionRunner, a ForwardDecorator, a Float32Island or a list of "
-                            "them")
+                            "RegionRunner, a ForwardDecorator, a Float32Island, a RegionSwap, "
+                            "a Predicate, a Scaler or a list of them")
 
 
 TIER = WrapperTier()
