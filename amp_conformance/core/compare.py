@@ -21,13 +21,25 @@ def tolerance_kwargs(numerics: str, tolerance: Any = None) -> dict[str, float]:
 
 
 def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
-    """Bitwise (default) or close comparison of two outputs of any nesting, outside every
-    user mode (a backend's tensors read themselves back through their own class)."""
+    """Bitwise (default) or close comparison of two outputs of any nesting: each tensor is
+    read back to the host through its backend, then compared there outside every user mode
+    (a backend's tensors may compute only inside its modes; its comparisons are not under
+    test)."""
+    hosts = {**_read_back(actual), **_read_back(expected)}
     with outside_modes():
-        _compare(actual, expected, numerics, tolerance, what)
+        _compare(actual, expected, numerics, tolerance, what, hosts)
 
 
-def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str) -> None:
+def _read_back(value: Any) -> dict[int, torch.Tensor]:
+    """id -> a host copy of each tensor in ``value`` that is not on the host, read back
+    through its backend (inside its modes: some backends compute only there)."""
+    with outside_modes():
+        away = [t for t in tensors_in(value) if t.device.type != "cpu"]
+    return {id(t): t.detach().cpu() for t in away}
+
+
+def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str,
+             hosts: dict[int, torch.Tensor]) -> None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise ConformanceFailure(f"{what}: got {type(actual).__name__}, expected a tensor")
@@ -35,7 +47,8 @@ def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: st
             raise ConformanceFailure(f"{what}: on {actual.device}, expected on {expected.device}")
         try:  # compared on the host: the values are what count, and a device's comparison
             # kernels are not under test (XLA lowers no complex isclose)
-            torch.testing.assert_close(_host(actual), _host(expected), equal_nan=True,
+            torch.testing.assert_close(hosts.get(id(actual), actual),
+                                       hosts.get(id(expected), expected), equal_nan=True,
                                        **tolerance_kwargs(numerics, tolerance))
         except AssertionError as exc:
             mode = "bitwise" if numerics == "bitwise" else "within tolerance"
@@ -44,22 +57,18 @@ def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: st
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            _compare(a, e, numerics, tolerance, f"{what}[{i}]")
+            _compare(a, e, numerics, tolerance, f"{what}[{i}]", hosts)
     elif isinstance(expected, dict):
         if not isinstance(actual, dict) or list(actual) != list(expected):
             raise ConformanceFailure(f"{what}: got {_keys(actual)}, expected {_keys(expected)}")
         for key, e in expected.items():
-            _compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]")
+            _compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]", hosts)
     elif actual != expected:
         raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")
 
 
 def _keys(value: Any) -> str:
     return f"keys {list(value)}" if isinstance(value, dict) else type(value).__name__
-
-
-def _host(t: torch.Tensor) -> torch.Tensor:
-    return t if t.device.type == "cpu" else t.detach().cpu()
 
 
 def compare_meta(actual: Any, expected: Any, what: str) -> None:

@@ -14,6 +14,8 @@ Capabilities (a TOML file, every key optional)::
     amp_dtypes = ["float16"]      # the autocast dtypes the device supports (no bfloat16)
     fused_optimizers = false      # no fused=True SGD/Adam/AdamW: GradScaler's fused checks skip
     sparse_grads = false          # no sparse gradients: GradScaler's sparse checks skip
+    autograd = false              # no autograd through its tensors: backward checks skip
+    threads = false               # its ops run in one thread: the thread checks skip
     [reasons]
     cast_cache = "autocast is registered from Python: no binding for cached_cast"
 
@@ -49,6 +51,8 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "sparse_grads": (bool, True, "device declares no sparse gradients"),
     "compile": (bool, True, "device declares no torch.compile support"),
     "checkpoint": (bool, True, "device declares no torch.utils.checkpoint support"),
+    "autograd": (bool, True, "device declares no autograd through its tensors"),
+    "threads": (bool, True, "device declares its ops run only in the thread that set it up"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
 _AMP_DTYPES = ("bfloat16", "float16")

@@ -23,6 +23,7 @@ def real_target(amp_target):
         yield amp_target
 
 
+@pytest.mark.amp_needs("autograd")
 def test_inference_mode_interaction(real_target, amp_dtype, record_property):
     """inference_mode inside a region, a grad pass after it; a region inside inference_mode."""
     defects.known_departure(cache.NO_GRAD_DEFECT,
@@ -30,6 +31,7 @@ def test_inference_mode_interaction(real_target, amp_dtype, record_property):
                             cache.NO_GRAD_SYMPTOM, record_property)
 
 
+@pytest.mark.amp_needs("autograd")
 def test_mixed_grad_contexts(real_target, amp_dtype, amp_settings, record_property):
     """Alternating no_grad and grad passes in one region (pytorch#158232)."""
     defects.known_departure(
@@ -38,6 +40,7 @@ def test_mixed_grad_contexts(real_target, amp_dtype, amp_settings, record_proper
         cache.NO_GRAD_SYMPTOM, record_property)
 
 
+@pytest.mark.amp_needs("autograd")
 def test_retain_graph_passes(real_target, amp_dtype, amp_settings):
     """Repeated passes backpropagated with retain_graph=True in one region."""
     cache.check_retain_graph(real_target, amp_dtype, amp_settings.numerics)

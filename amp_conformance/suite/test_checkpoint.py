@@ -6,7 +6,7 @@ from amp_conformance.checks.checkpoint import check as checkpointing
 from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import fake_autograd_reason
 
-pytestmark = pytest.mark.amp_check("checkpoint")
+pytestmark = [pytest.mark.amp_check("checkpoint"), pytest.mark.amp_needs("autograd")]
 
 
 @pytest.mark.parametrize("cache_enabled", [True, False], ids=["cache_on", "cache_off"])

@@ -25,6 +25,7 @@ def test_cast_inputs(amp_target, amp_dtype):
         pytest.skip(str(limit))
 
 
+@pytest.mark.amp_needs("autograd")
 def test_backward_runs_in_forward_state(amp_target):
     """custom_bwd runs backward with the autocast state and dtype of the forward, whatever
     region backward() is called from."""

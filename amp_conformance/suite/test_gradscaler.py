@@ -139,6 +139,7 @@ def test_gradscaler_resume(amp_target, amp_device, how):
 
 
 @pytest.mark.parametrize("workflow", cases.WORKFLOWS)
+@pytest.mark.amp_needs("autograd")
 def test_gradscaler_workflow(amp_target, amp_device, workflow):
     """Clipping, clipping after unscale_, gradient penalty, accumulation, several models
     and optimizers: scaled equals unscaled."""
@@ -158,6 +159,7 @@ def _scaled_dtype(settings):
 @pytest.mark.parametrize("order", list(cases.ORDERS))
 @pytest.mark.parametrize("impl", ["plain", "foreach"])
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
+@pytest.mark.amp_needs("autograd")
 def test_gradscaler_training(amp_settings, amp_target, amp_device, optimizer, impl, order):
     """SGD/Adam/AdamW in every documented call order, under autocast of the device's
     float16: scaled equals the unscaled control; a step with an inf or a nan is skipped."""
@@ -168,6 +170,7 @@ def test_gradscaler_training(amp_settings, amp_target, amp_device, optimizer, im
 @pytest.mark.amp_check("gradscaler_fused")
 @pytest.mark.parametrize("order", list(cases.ORDERS))
 @pytest.mark.parametrize("optimizer", cases.OPTIMIZERS, ids=cases.ids(cases.OPTIMIZERS))
+@pytest.mark.amp_needs("autograd")
 def test_gradscaler_training_fused(amp_settings, amp_target, amp_device, optimizer, order):
     """fused=True optimizers take the scaler's grad_scale/found_inf path instead: never
     unscaled twice after unscale_, skipped on an inf or a nan."""
@@ -184,5 +187,6 @@ def test_gradscaler_sparse(amp_device, case):
 
 
 @pytest.mark.amp_check("gradscaler_sparse")
+@pytest.mark.amp_needs("autograd")
 def test_gradscaler_sparse_embedding(amp_target, amp_dtype):
     sparse.check_sparse_embedding(amp_target, amp_dtype)

@@ -61,6 +61,7 @@ def test_legacy(amp_case, record_property):
 
 
 @pytest.mark.amp_check("backward")
+@pytest.mark.amp_needs("autograd")
 def test_backward(amp_case, record_property):
     """Backward after an autocast region gives every float32 input a gradient in its dtype,
     equal to the one through the hand-cast control (bitwise, or close)."""

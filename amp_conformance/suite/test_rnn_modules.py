@@ -34,6 +34,7 @@ def test_forward_dtypes(amp_target, amp_dtype, row, record_property):
 
 
 @pytest.mark.parametrize("row", _ROWS)
+@pytest.mark.amp_needs("autograd")
 def test_backward_grads(amp_target, amp_dtype, row):
     """Backward outside the region gives float32 parameters finite float32 gradients."""
     reason = fake_autograd_reason(amp_target)

@@ -9,7 +9,8 @@ from amp_conformance.core.state import unchanged_autocast_state
 from amp_conformance.core.target import fake_autograd_reason
 from amp_conformance.plugin.parametrize import load_oplist
 
-pytestmark = pytest.mark.amp_check("threads")
+#: every check here runs the device in a thread of its own
+pytestmark = [pytest.mark.amp_check("threads"), pytest.mark.amp_needs("threads")]
 
 _FAKE_CACHE = ("not applicable in --fake mode: the cast cache holds only casts of tensors that "
                "require grad, and autograd on fake {device} tensors needs the device")
@@ -43,6 +44,7 @@ def test_ended_region_cast_not_reused(amp_target, amp_settings, amp_dtype):
         threads.check_ended_region_not_reused(amp_target, amp_dtype, amp_settings.numerics)
 
 
+@pytest.mark.amp_needs("autograd")
 def test_backward_sees_callers_state(amp_target, amp_dtype):
     """Backward functions see the autocast state of the thread that called backward(); an
     index_put of amp-dtype tensors backpropagates under autocast (pytorch#132715, upstream

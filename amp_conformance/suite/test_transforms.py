@@ -17,6 +17,7 @@ def test_transform(amp_settings, amp_target, amp_device, transform, category, re
                                amp_settings.oplists, amp_settings.numerics, record_property)
 
 
+@pytest.mark.amp_needs("autograd")
 def test_functional_call(amp_target, amp_dtype):
     """functional_call of a small module and torch.func.grad through it."""
     transforms.check_functional_call(amp_target, amp_dtype)

@@ -5,7 +5,9 @@
   (:mod:`amp_conformance.checks.registry`, ``capability``) and failed is drafted as that
   capability declared absent, its reason the failures' causes. Review each line: declare
   absent only what the device really lacks; the reason is printed beside every item the
-  declaration skips.
+  declaration skips. A limit the run's probes showed (:mod:`amp_conformance.plugin.limits`:
+  its items were skipped, naming it) is drafted the same way, so that the declared run
+  skips them without probing.
 - ``DIR/xfail.txt``: every other failure, one commented-out line per item (``#xfail
   <test id>  # <cause>``), grouped by cause. None is active: an expected failure is a
   person's decision. Take a line by removing its ``#xfail `` mark.
@@ -61,7 +63,8 @@ def capabilities_text(data: dict[str, Any]) -> str:
             by_capability.setdefault(name, []).append(result)
     lines = [f"# Capabilities of {data.get('device')}, drafted from a run (torch "
              f"{data.get('torch')}) by python -m amp_conformance run --draft-declarations.",
-             "# Each line below stands for failures of a check family that needs it. Review",
+             "# Each line below stands for failures of a check family that needs it, or for a",
+             "# limit the run's probes showed (its items were skipped). Review",
              "# every line: declare absent only what the device really lacks.",
              f"device = {_toml_string(str(data.get('device')))}", "", "[capabilities]"]
     reasons = []
@@ -71,9 +74,23 @@ def capabilities_text(data: dict[str, Any]) -> str:
         lines.append(f"{name} = false  # {len(results)} failed: {why}")
         reason = "drafted from the run: " + _cut(rows[0]["cause"], REASON_WIDTH)
         reasons.append(f"{name} = {_toml_string(reason)}")
-    if not by_capability:
-        lines.append("# (no failure of a check that needs a capability)")
+    for name, row in _limits(data).items():
+        if name in by_capability:
+            continue
+        lines.append(f"{name} = false  # {row['count']} skipped: {row['cause']}")
+        reasons.append(f"{name} = {_toml_string(row['example'].split(' limit: ', 1)[1])}")
+    if not by_capability and not _limits(data):
+        lines.append("# (no failure of a check that needs a capability, no limit)")
     return "\n".join([*lines, "", "[reasons]", *reasons]) + "\n"
+
+
+def _limits(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The limits the run named, by the capability each takes away."""
+    from amp_conformance.plugin.limits import LIMITS
+
+    rows = causes.of_results(list(data.get("results") or ()))["limits"]
+    return {limit.capability: row for row in rows for limit in LIMITS
+            if row["cause"].endswith(f" limit: {limit.what}")}
 
 
 def xfail_text(data: dict[str, Any]) -> str:

@@ -482,6 +482,9 @@ def run(args: argparse.Namespace) -> int:
     by_cause = causes.summary_line(causes.group(data.get("results") or []))
     if by_cause and (data.get("run") or {}).get("status") == "completed":
         line = f"{line.rstrip('.')}; {by_cause}"  # a stopped run names what stopped it
+    limited = causes.limits_line(data)
+    if limited:
+        line = f"{line.rstrip('.')}; {limited}"
     if merged or gave_up:
         data["run"]["exitstatus"] = code  # the run's, not its last child's
         write_report(report, data)

@@ -37,6 +37,8 @@ _SPACE = re.compile(r"\s+")
 #: a kernel the device lacks is one cause per op (plugin/missing_kernels.py): kept whole
 _NO_KERNEL = re.compile(r"^.*?\S+ (?:has no kernel for|cannot run) [\w.:]+"
                         r"(?: \(outside autocast too\))?")
+#: a backend's limit (plugin/limits.py) is one cause per limit: kept whole, probe aside
+_LIMIT = re.compile(r"^not applicable: \S+ limit: .+?(?= \(probe: |$)")
 
 
 def _names(result: dict[str, Any]) -> list[str]:
@@ -53,7 +55,7 @@ def _names(result: dict[str, Any]) -> list[str]:
 def cause(result: dict[str, Any], limit: int = 240) -> str:
     """The item's cause: its message's telling line with what names the item masked."""
     text = headline(result.get("message")) or f"({result.get('outcome', 'no message')})"
-    kernel = _NO_KERNEL.match(text)
+    kernel = _NO_KERNEL.match(text) or _LIMIT.match(text)
     if kernel:
         return kernel.group(0)
     text = _ENTRY.sub("", text)
@@ -88,8 +90,22 @@ def group(results: Iterable[dict[str, Any]], outcomes: tuple[str, ...] = PROBLEM
 
 
 def of_results(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The report's ``causes``: its failures and its skips, each grouped by cause."""
-    return {"failures": group(results), "skips": group(results, ("skipped",))}
+    """The report's ``causes``: its failures and its skips, each grouped by cause, and the
+    backend's limits (the skips that name one)."""
+    skips = group(results, ("skipped",))
+    return {"failures": group(results), "skips": skips,
+            "limits": [r for r in skips if _LIMIT.match(r["cause"])]}
+
+
+def limits_line(data: dict[str, Any]) -> str | None:
+    """``"limits: autograd does not reach its tensors (90 items); …"``, or None."""
+    rows = (data.get("causes") or {}).get("limits")
+    if rows is None:
+        rows = of_results(data.get("results") or [])["limits"]
+    if not rows:
+        return None
+    said = [f"{r['cause'].split(' limit: ', 1)[1]} ({r['count']} items)" for r in rows]
+    return f"limits of {data.get('device') or 'the device'}: {'; '.join(said)}"
 
 
 def skips_by_family(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

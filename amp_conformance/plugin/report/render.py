@@ -342,6 +342,11 @@ def _failure_list(failures: _Failures) -> str:
     return "".join(blocks)
 
 
+def _limits(data: dict[str, Any]) -> str:
+    line = causes.limits_line(data)
+    return f'<p class="muted" id="limits">{_e(line)} (their items are skipped)</p>' if line else ""
+
+
 def render_html(data: dict[str, Any]) -> str:
     failures = _Failures()
     skips = causes.skips_by_family(data)
@@ -367,6 +372,7 @@ def render_html(data: dict[str, Any]) -> str:
 {_verdict(data)}
 {_cards(data)}
 {causes.html(data, _e)}
+{_limits(data)}
 <h2 id="families">By check family</h2>
 {tables.count_table("family", tables.family_rows(data), "No items in this run.", skips)}
 <p class="muted" id="timing">{_e(tables.timing(data))}</p>
@@ -441,6 +447,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         *([tables.timing(data), ""] if tables.timing(data) else []),
         *tables.md_family_skips(data),
         *causes.markdown(data),
+        *([causes.limits_line(data), ""] if causes.limits_line(data) else []),
         *_md_lost(data),
         *[line for tier in registry.tiers() for line in tier.markdown(data)],
         *tables.md_table("op-list category", data.get("categories") or {}),
