@@ -312,7 +312,10 @@ ENTRY_FIELDS: tuple[Field, ...] = (
     Field("op", "string", REQUIRED, v.string,
           "The function name (`mm`, `softmax`, `fft_fft`) every per-entry check calls, looked up "
           "in `namespace` and as a `Tensor` method; it must exist in the running torch where "
-          "the entry applies."),
+          "the entry applies. An operator library's op is named with its library "
+          "(`torchvision::roi_align`, a `torch.library.custom_op`): it is called as "
+          "`torch.ops.<library>.<op>`, with no `Tensor` method, once `[list] imports` has "
+          "imported the module that defines it."),
     Field("category", "string", REQUIRED, None,
           "The cast policy and default namespace (see *Categories*); the policy gives the "
           "defaults of `expect` and `cast`, and the name is part of the test id.",

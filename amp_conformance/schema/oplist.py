@@ -9,6 +9,8 @@ the rules that span fields, files and the merge.
 
 from __future__ import annotations
 
+import importlib
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -34,7 +36,11 @@ __all__ = [
 ]
 
 ENTRY_KEYS = frozenset(fields.ENTRY_KEYS)
-LIST_KEYS = ("device", "default_amp_dtype", "source", "description", "derive_from", "drop")
+LIST_KEYS = ("device", "default_amp_dtype", "source", "description", "derive_from", "drop",
+             "imports")
+#: an op of an operator library, named with its library: ``torchvision::roi_align``
+LIBRARY_OP = re.compile(r"^(?P<library>[A-Za-z_]\w*)::(?P<op>[A-Za-z_]\w*)$")
+LIBRARY_NAMESPACE = "torch.ops."
 SKIP_CONDITIONS = frozenset(fields.SKIP_CONDITIONS)
 CASTS = validators.CASTS
 _TOP_KEYS = ("list", "entry", "exclude")
@@ -82,6 +88,13 @@ class Entry:
     def version_gap(self, version: str | None = None) -> str | None:
         """Why this entry does not apply to the running torch, or None if it does."""
         return version_gap(self.since, self.until, version)
+
+    @property
+    def library(self) -> str | None:
+        """The operator library of an op named ``library::op``, else None (torch's own)."""
+        namespace = self.namespace or ""
+        return namespace[len(LIBRARY_NAMESPACE):] if namespace.startswith(LIBRARY_NAMESPACE) \
+            else None
 
     @property
     def qualname(self) -> str:
@@ -140,7 +153,7 @@ def variants(entry: Entry) -> list[tuple[str, Any]]:
         fn = getattr(module, entry.op, None) if module is not None else None
         if fn is not None:
             found.append((entry.qualname, fn))
-    want_method = entry.method if entry.method is not None else True
+    want_method = entry.method if entry.method is not None else entry.library is None
     if want_method and hasattr(torch.Tensor, entry.op):
         name = entry.op
 
@@ -200,7 +213,13 @@ def _cross_field_rules(values: dict[str, Any], label: str, problems: Problems) -
         return
     category = CATEGORIES[name]
     policy = values["policy"] = category.policy
-    if values["namespace"] is None:
+    named = LIBRARY_OP.match(values["op"]) if isinstance(values["op"], str) else None
+    if named and values["namespace"] is not None:
+        problems.add(label, "namespace", f"{values['op']} names its library: it is looked up in "
+                                         f"torch.ops.{named['library']}; leave namespace out")
+    elif named:
+        values["op"], values["namespace"] = named["op"], LIBRARY_NAMESPACE + named["library"]
+    elif values["namespace"] is None:
         values["namespace"] = category.namespace
     if values["cast"] is None:
         values["cast"] = DEFAULT_CAST[policy]
@@ -251,11 +270,26 @@ def _parse_meta(data: dict, problems: Problems) -> dict[str, Any]:
     if default is not None and default not in validators.AMP_DTYPES:
         problems.add(None, "list.default_amp_dtype",
                      f"unknown autocast dtype {default!r}; allowed: {', '.join(validators.AMP_DTYPES)}")
+    _import(meta.get("imports", []), problems)
     base = meta.get("derive_from")
     if base is not None and (not isinstance(base, str) or not base or base == device):
         problems.add(None, "list.derive_from",
                      f"expected the device type of another list to start from, got {base!r}")
     return meta
+
+
+def _import(modules: Any, problems: Problems) -> None:
+    """Import the modules that define the list's library ops (``imports``), before its
+    entries are looked up."""
+    if not isinstance(modules, list) or not all(isinstance(m, str) and m for m in modules):
+        problems.add(None, "list.imports", f"expected a list of module names, got {modules!r}")
+        return
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - whatever a library's import raises
+            problems.add(None, "list.imports", f"cannot import {module}: "
+                                               f"{type(exc).__name__}: {exc}")
 
 
 def _tables(data: dict, key: str, problems: Problems) -> list:

@@ -101,7 +101,16 @@ class Report:
         foreign = f", {len(self.foreign)} foreign (not checkable)" if self.foreign else ""
         return (f"coverage {self.device}: {len(self.covered)}/{len(self.policy)} covered, "
                 f"{len(self.unchecked)} reached but not checked, "
-                f"{len(self.excluded)} excluded, {len(self.missing)} missing{foreign}")
+                f"{len(self.excluded)} excluded, {len(self.missing)} missing{foreign}"
+                f"{self._libraries()}")
+
+    def _libraries(self) -> str:
+        """``" (amplib 2/2 covered)"``: each operator library the lists name, alone."""
+        libraries = sorted({n.partition("::")[0] for n in self.policy} - {"aten"})
+        counts = [(lib, sum(n.startswith(f"{lib}::") for n in self.covered),
+                   sum(n.startswith(f"{lib}::") for n in self.policy)) for lib in libraries]
+        said = ", ".join(f"{lib} {c}/{t} covered" for lib, c, t in counts)
+        return f" ({said})" if said else ""
 
     @property
     def failed(self) -> bool:
@@ -245,11 +254,14 @@ def _tally(report: Report) -> None:
             report.unchecked.pop(exclusion.overload, None)
     unplaced = [n for n in report.policy if n not in report.covered
                 and n not in report.excluded and n not in report.unchecked]
+    named = {e.library for e in report.lists.entries if e.library is not None}
     for name in unplaced:
-        if not name.startswith("aten::"):
+        library = name.partition("::")[0]
+        if library != "aten" and library not in named:
             report.foreign[name] = (
-                f"an op of library '{name.partition('::')[0]}' that no entry reaches: op-list "
-                "entries call torch's own ops (aten), so its autocast kernel is not checked")
+                f"an op of library '{library}', which no op list names: name its ops "
+                f"(op = \"{name.split('.')[0]}\", [list] imports = [<its module>]) to check "
+                "its autocast kernels")
     report.missing = [n for n in unplaced if n not in report.foreign]
     report.policy = [n for n in report.policy if n not in report.foreign]
 
