@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.case import Case
-from amp_conformance.core.casting import promoted_floating, widest_eligible
+from amp_conformance.core.casting import promoted_floating, tensors_in, widest_eligible
 from amp_conformance.schema import argspec
 
 
@@ -16,9 +16,22 @@ def _dtype_for(name: str, case: Case, args: tuple, kwargs: dict) -> torch.dtype 
         return case.amp_dtype
     if name == "widest":
         return widest_eligible((args, kwargs), case.target.device)
+    if name == "first":
+        return first_floating((args, kwargs))
     if name in ("none", "error"):
         return None
     return argspec.DTYPES[name]
+
+
+def first_floating(values: Any) -> torch.dtype | None:
+    """The dtype of the first floating tensor in ``values`` (None: there is none)."""
+    return next((t.dtype for t in tensors_in(values) if t.is_floating_point()), None)
+
+
+def casts_back(case: Case) -> bool:
+    """Whether the entry's kernel casts its output back to its first input's dtype."""
+    expect = case.entry.expect
+    return expect == "first" or isinstance(expect, tuple) and "first" in expect
 
 
 def expected_inside(case: Case, args: tuple, kwargs: dict) -> Any:

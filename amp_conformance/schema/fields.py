@@ -336,9 +336,12 @@ ENTRY_FIELDS: tuple[Field, ...] = (
           v.dtypes(v.EXPECT_WORDS),
           "Output dtype inside autocast, checked by `policy`: a dtype name (as in *Argument "
           "specs*), `amp` (the "
-          "autocast dtype under test), `widest` (the widest eligible input), `none` (no "
-          "tensor output), `error` (banned); or an array, one per output tensor, which may end "
-          "in `\"...\"` to leave the remaining outputs (bookkeeping such as RNG state) unchecked."),
+          "autocast dtype under test), `widest` (the widest eligible input), `first` (the dtype of "
+          "the first floating tensor argument: a kernel that computes in another dtype and casts "
+          "its output back, as torchvision's do; the `numerics` control's output is cast back "
+          "alike), `none` (no tensor output), `error` (banned); or an array, one per output "
+          "tensor, which may end in `\"...\"` to leave the remaining outputs (bookkeeping "
+          "such as RNG state) unchecked."),
     Field("cast", "string", Derived("the category's policy"), None,
           "What the `numerics` control casts eligible inputs to: the autocast dtype, a fixed "
           "dtype (for kernels that ignore the autocast dtype), the widest input type, or "

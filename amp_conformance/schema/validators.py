@@ -26,7 +26,7 @@ NUMERICS = ("bitwise", "close")
 ALL_CHECKS = "all"
 ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
 VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
-EXPECT_WORDS = ("amp", "widest", "error", "none")
+EXPECT_WORDS = ("amp", "widest", "first", "error", "none")
 OUTSIDE_WORDS = ("inputs", "amp", "none", "error")
 
 
@@ -128,7 +128,8 @@ def _dtype_list(items: list) -> tuple[str, ...]:
     if "..." in items[:-1]:
         raise invalid("'...' may only stand last, for the outputs not checked")
     return tuple(
-        d if d == "..." else _dtype_or(d, ("amp", "widest"), f"[{i}]") for i, d in enumerate(items)
+        d if d == "..." else _dtype_or(d, ("amp", "widest", "first"), f"[{i}]")
+        for i, d in enumerate(items)
     )
 
 
