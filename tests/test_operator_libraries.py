@@ -32,9 +32,11 @@ def _write(tmp_path, body, header=HEADER):
 
 
 def test_an_op_named_with_its_library_is_called_through_torch_ops(library_path):
-    entry = {e.id: e for e in parse_file(OPLIST).entries}["amplib-scaled_mm"]
+    entries = {e.id: e for e in parse_file(OPLIST).entries}
+    entry = entries["amplib-scaled_mm"]
     assert (entry.op, entry.namespace, entry.library) == ("scaled_mm", "torch.ops.amplib", "amplib")
     assert [name for name, _ in variants(entry)] == ["torch.ops.amplib.scaled_mm"]
+    assert entries["amplib-exp_sum"].expect == "first"
 
 
 @pytest.mark.parametrize("header, body, field, words", [
@@ -63,7 +65,7 @@ def _suite(tmp_path, *extra: str):
 
 def test_the_library_is_held_to_its_registered_rules(tmp_path):
     sound = _suite(tmp_path)
-    assert sound.returncode == 0 and "20 passed" in sound.stdout, sound.stdout[-2000:]
+    assert sound.returncode == 0 and "28 passed, 2 skipped" in sound.stdout, sound.stdout[-2000:]
     broken = _suite(tmp_path, "--backend-module", "amp_oplib_broken", "-rf")
     failed = {line.split("::")[-1].split("[")[0] + "[" + line.split("[")[-1]
               for line in broken.stdout.splitlines() if line.startswith("FAILED")}
@@ -71,14 +73,16 @@ def test_the_library_is_held_to_its_registered_rules(tmp_path):
     for dtype in ("float16", "bfloat16"):  # float16 where bfloat16 is its rule; no fp32 rule
         assert f"test_policy[cpu-{dtype}-torch_16-amplib-scaled_mm]" in failed, failed
         assert f"test_policy[cpu-{dtype}-torch_fp32-amplib-unit_norm]" in failed, failed
+    # no kernel that computes in float32 and casts back: its values are bfloat16's own
+    assert "test_numerics[cpu-bfloat16-torch_fp32-amplib-exp_sum]" in failed, failed
 
 
 def test_coverage_counts_a_named_library_and_calls_it_foreign_until_then(tmp_path):
     named = backends.run("-m", "amp_conformance", "coverage", "--device", "cpu", "--oplist",
                          str(OPLIST), "-q", cwd=tmp_path)
     assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
-    assert named.stdout.strip().splitlines()[-1].endswith("0 missing (amplib 2/2 covered)")
+    assert named.stdout.strip().splitlines()[-1].endswith("0 missing (amplib 3/3 covered)")
     unnamed = backends.run("-m", "amp_conformance", "coverage", "--device", "cpu",
                            "--backend-module", "amp_oplib", cwd=tmp_path)
-    assert "2 foreign (not checkable)" in unnamed.stdout.strip().splitlines()[-1]
+    assert "3 foreign (not checkable)" in unnamed.stdout.strip().splitlines()[-1]
     assert "an op of library 'amplib', which no op list names" in unnamed.stdout

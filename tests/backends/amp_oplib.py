@@ -1,10 +1,12 @@
-"""An operator library with autocast rules of its own, as users write them: two ops made
-with ``torch.library.custom_op``, each given a rule for CPU and CUDA with
+"""An operator library with autocast rules of its own, as users write them: three ops made
+with ``torch.library.custom_op``, the first two given a rule for CPU and CUDA with
 ``torch.library.register_autocast`` (which casts every floating input of the device to one
 dtype, whatever the region's):
 
 - ``amplib::scaled_mm`` (a·b·scale) runs in bfloat16;
-- ``amplib::unit_norm`` (x / ‖x‖) runs in float32.
+- ``amplib::unit_norm`` (x / ‖x‖) runs in float32;
+- ``amplib::exp_sum`` has a kernel written as torchvision writes its own: float32 inside,
+  the output back in its input's dtype.
 
 ``amp_oplib.toml`` beside it holds them to those rules. Importing
 ``amp_oplib_broken`` first (``--backend-module amp_oplib_broken``) defines the same ops

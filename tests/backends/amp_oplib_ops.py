@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 LIBRARY = "amplib"
-#: op -> the dtype its autocast rule casts to
-RULES = {"scaled_mm": torch.bfloat16, "unit_norm": torch.float32}
+#: op -> the dtype its autocast rule casts to ("back": float32 inside, the output back in
+#: the input's dtype, a kernel written as torchvision writes its own)
+RULES = {"scaled_mm": torch.bfloat16, "unit_norm": torch.float32, "exp_sum": "back"}
 
 
 def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -17,6 +18,18 @@ def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
 
 def _unit_norm(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm()
+
+
+def _exp_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.exp().sum(-1)
+
+
+_BELOW = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+
+def _exp_sum_in_float32(x: torch.Tensor) -> torch.Tensor:
+    with torch._C._ExcludeDispatchKeyGuard(_BELOW):
+        return torch.ops.amplib.exp_sum(x.float()).to(x.dtype)
 
 
 def _scaled_mm_setup(ctx, inputs, output) -> None:  # noqa: ANN001
@@ -45,12 +58,17 @@ def define(rules: dict[str, torch.dtype | None]) -> None:
         return
     scaled = torch.library.custom_op(f"{LIBRARY}::scaled_mm", _scaled_mm, mutates_args=())
     norm = torch.library.custom_op(f"{LIBRARY}::unit_norm", _unit_norm, mutates_args=())
+    exp_sum = torch.library.custom_op(f"{LIBRARY}::exp_sum", _exp_sum, mutates_args=())
+    exp_sum.register_fake(lambda x: x.new_empty(x.shape[:-1]))
     scaled.register_fake(lambda a, b, scale: a.new_empty(a.shape[0], b.shape[1]))
     norm.register_fake(lambda x: torch.empty_like(x))
     scaled.register_autograd(_scaled_mm_grad, setup_context=_scaled_mm_setup)
     norm.register_autograd(_unit_norm_grad, setup_context=_unit_norm_setup)
     for op, dtype in rules.items():
         if dtype is None:
+            continue
+        if dtype == "back":
+            torch.library.impl(f"{LIBRARY}::{op}", "AutocastCPU")(_exp_sum_in_float32)
             continue
         for device in ("cpu", "cuda"):
             torch.library.register_autocast(f"{LIBRARY}::{op}", device, dtype)
