@@ -90,6 +90,12 @@ def test_conforming_scenarios_pass(backend):
         regions.check(regions.by_name(name), CPU, torch.bfloat16, backend)
 
 
+def test_a_break_that_runs_no_op_misses_a_region_lost_at_the_break():
+    """Why the computing scenarios exist: torch._dynamo.graph_break() runs nothing there."""
+    with _mutated("compile-break-runs-without-region"):
+        regions.check(regions.by_name("graph_break"), CPU, torch.float16, "eager")
+
+
 @pytest.mark.parametrize("mutant, scenario, text", [
     ("compile-region-other-dtype", "inner_region", "attribute 'dtype' do not match"),
     ("compile-region-traced-disabled", "inner_region", "attribute 'dtype' do not match"),
@@ -97,6 +103,7 @@ def test_conforming_scenarios_pass(backend):
     ("compile-region-leaks-on-raise", "error_at_graph_break",
      "autocast state not restored after the compiled region raised"),
     ("compile-legacy-positional-ignored", "call_forms", "['legacy-positional with, enabled="),
+    ("compile-break-runs-without-region", "computing_break", "torch.float32 != torch.float16"),
 ])
 def test_region_check_catches_broken_compile_path(mutant, scenario, text):
     before = AutocastState.capture("cpu")
@@ -163,7 +170,8 @@ def test_mutants_of_the_compile_tier_are_registered():
     mine = {n for n, m in CATALOGUE.items() if m.apply.__module__ == mutants_compile.__name__}
     assert mine == {"compile-region-other-dtype", "compile-region-traced-disabled",
                     "compile-region-leaks-on-raise", "compile-stale-guard",
-                    "compile-backend-drops-regions", "compile-legacy-positional-ignored"}
+                    "compile-backend-drops-regions", "compile-legacy-positional-ignored",
+                    "compile-break-runs-without-region"}
 
 
 # -- torch.export ----------------------------------------------------------------------

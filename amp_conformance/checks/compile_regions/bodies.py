@@ -175,6 +175,50 @@ def graph_break(env: Env) -> Body:
     return body
 
 
+def _skipped_mm(y: torch.Tensor) -> torch.Tensor:
+    return torch.mm(y, y)
+
+
+def _item_branch(y: torch.Tensor) -> torch.Tensor:
+    return torch.mm(y, y) if torch.mm(y, y).sum().item() > 0 else -torch.mm(y, y)
+
+
+def _tolist(y: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(torch.mm(y, y).tolist())  # the values as computed, read back
+
+
+#: graph breaks that compute: the ops at the break run eagerly, inside the region
+COMPUTING_BREAKS: dict[str, Callable[[], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "skipped_call": lambda: torch._dynamo.disable(_skipped_mm),  # a function dynamo skips
+    "item_branch": lambda: _item_branch,  # .item(), then a branch on its value
+    "tolist": lambda: _tolist,  # values read back to Python, unsupported in a graph
+}
+
+
+def computing_break(kind: str, form: str) -> Callable[[Env], Body]:
+    """A graph break of ``kind`` that computes, with an op before and after it, in a region
+    of ``form``: ``enabled``, ``nested`` (a region of the other dtype inside one),
+    ``disabled`` (an enabled=False region inside one) or ``decorator``."""
+    def build(env: Env) -> Body:
+        brk = COMPUTING_BREAKS[kind]()
+
+        def around(x):
+            return torch.mm(x, x), brk(x), torch.mm(x, x), observe(env.device)
+
+        def body(x):
+            if form == "decorator":
+                return torch.autocast(env.device, dtype=env.dtype)(around)(x), observe(env.device)
+            with env.region():
+                if form == "enabled":
+                    inside = around(x)
+                else:
+                    with env.region("other") if form == "nested" else env.region(enabled=False):
+                        inside = around(x)
+            return inside, observe(env.device)
+        return body
+    return build
+
+
 def _raise_in_eager(x: torch.Tensor) -> None:
     raise KeyError("raised by eager code inside the region")
 

@@ -3,7 +3,8 @@ broken implementations its checks must catch.
 
 Each breaks the compile machinery, never eager autocast: the traced region's dtype or
 enabled flag (dynamo's ``AutocastModeVariable``), the region dynamo rebuilds after a graph
-break (leaking its state when the body raises), the guard on the ambient autocast state
+break (leaking its state when the body raises, or not entered for the eager code at the
+break), the guard on the ambient autocast state
 (a stale graph), and a backend that drops the regions from the graph it is given.
 """
 
@@ -72,6 +73,47 @@ def _resumed_region_leaks() -> Undo:
     return restore
 
 
+class _InertAutocast:
+    """A region that does nothing: what the eager code at a graph break runs in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _InertAutocast:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def _break_runs_without_region() -> Undo:
+    """The eager code at a graph break runs outside the region: dynamo rebuilds the region
+    around it as a class that does nothing (the traced code before and after keeps it)."""
+    from torch._dynamo import symbolic_convert
+
+    at_break = {"now": False}
+
+    def around(original):
+        def reconstruct(*args, **kwargs):
+            at_break["now"] = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                at_break["now"] = False
+        return reconstruct
+    module = torch.amp.autocast_mode
+    module._InertAutocast = _InertAutocast
+    undo_stack = patch(symbolic_convert, "_reconstruct_block_stack", around)()
+    undo_name = patch(_ctx_variable(), "fn_name", lambda original: lambda self: (
+        "_InertAutocast" if at_break["now"] else original(self)))()
+
+    def restore() -> None:
+        undo_name()
+        undo_stack()
+        del module._InertAutocast
+    return restore
+
+
 def _guard_ignores_global_state() -> Undo:
     from torch._dynamo import guards
 
@@ -133,6 +175,14 @@ register(Mutant(
     expect=("compile_regions scenario 'error_at_graph_break'",
             "autocast state not restored after the compiled region raised"),
     select="test_compile_region and error_at_graph_break",
+))
+register(Mutant(
+    name="compile-break-runs-without-region",
+    description="the eager code at a graph break inside a compiled region runs without the "
+                "region (the ops traced before and after the break keep it)",
+    apply=_break_runs_without_region,
+    expect=("compile_regions scenario 'computing_break", "do not match"),
+    select="test_compile_region and (computing_break or graph_break)",
 ))
 register(Mutant(
     name="compile-stale-guard",

@@ -93,6 +93,7 @@ class Scenario:
     - ``known``: (backend or ``"*"``, the id of a defect of ``oplists/defects.toml``) for
       each upstream defect this scenario shows; before the defect's ``fixed`` release the
       item is a strict xfail, so a fix is noticed.
+    - ``backends``: the backends it runs with, where not every one.
     - ``recompile``: each call compiles the function afresh (dynamo reset in between) with
       PyTorch's compile caches on, in a folder of the check's own: what one compile left
       there must not serve a region it was not made for.
@@ -107,6 +108,9 @@ class Scenario:
     graphs: tuple[int, int] = (1, 1)
     known: tuple[tuple[str, str], ...] = ()
     recompile: bool = False
+    #: the backends it runs with (all where empty): a scenario of dynamo's own bytecode
+    #: handling (graph breaks) gains nothing from a second backend
+    backends: tuple[str, ...] = ()
 
     def known_defect(self, backend: str, version: str | None = None) -> str | None:
         """Why this scenario fails with ``backend`` on the running torch (or ``version``):
@@ -164,6 +168,19 @@ SCENARIOS: tuple[Scenario, ...] = (
              "code", needs=frozenset({"inner", "legacy"})),
     Scenario("graph_break", bodies.graph_break, "a graph break inside a region: the resumed code "
              "runs in the region, the code after it outside", graphs=(2, 3)),
+    Scenario("computing_break", bodies.computing_break("skipped_call", "enabled"), "a graph "
+             "break that computes (a call dynamo skips) inside a region: the ops before, at "
+             "and after it run in the region", graphs=(2, 8), backends=("eager",)),
+    Scenario("computing_break_nested", bodies.computing_break("item_branch", "nested"), "a "
+             "graph break that computes (.item() and a branch on it) inside a region of the "
+             "other dtype nested in one", needs=frozenset({"inner", "other"}), graphs=(2, 8),
+             backends=("eager",)),
+    Scenario("computing_break_disabled", bodies.computing_break("tolist", "disabled"), "a "
+             "graph break that computes (values read back to Python) inside an enabled=False "
+             "region nested in one", graphs=(2, 8), backends=("eager",)),
+    Scenario("computing_break_decorator", bodies.computing_break("skipped_call", "decorator"),
+             "a graph break that computes inside a function decorated with torch.autocast",
+             graphs=(2, 8), backends=("eager",)),
     Scenario("error_at_graph_break", bodies.error_at_graph_break, "an exception raised by eager "
              "code at a graph break inside a region", raises=KeyError),
     Scenario("kernel_error", bodies.kernel_error, "an exception raised by a kernel inside a traced "
@@ -185,6 +202,9 @@ def other_dtype(target: Target, dtype: torch.dtype) -> torch.dtype | None:
 def not_applicable(scenario: Scenario, target: Target, dtype: torch.dtype,
                    backend: str) -> str | None:
     """Why the scenario does not apply here, or None."""
+    if scenario.backends and backend not in scenario.backends:
+        return (f"not applicable: the scenario checks how dynamo resumes at a graph break, the "
+                f"same for every backend; it runs with {', '.join(scenario.backends)}")
     if target.fake and "inner" in scenario.needs:
         return (f"not applicable in --fake mode: torch.autocast({target.device!r}) refuses the "
                 "absent device (it warns and disables itself), so no region is traced inside "
