@@ -171,10 +171,24 @@ def test_mutants_of_the_compile_tier_are_registered():
     assert mine == {"compile-region-other-dtype", "compile-region-traced-disabled",
                     "compile-region-leaks-on-raise", "compile-stale-guard",
                     "compile-backend-drops-regions", "compile-legacy-positional-ignored",
-                    "compile-break-runs-without-region"}
+                    "compile-break-runs-without-region", "export-region-error-swallowed"}
 
 
 # -- torch.export ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_export_of_a_raising_region_passes_and_records_strict_exports_defect(strict):
+    assert export.check_export_raises(CPU, torch.bfloat16, torch.float16, strict) is strict
+
+
+def test_an_exception_lost_in_an_exported_region_is_caught():
+    before = AutocastState.capture("cpu")
+    with _mutated("export-region-error-swallowed"), pytest.raises(ConformanceFailure) as caught:
+        export.check_export_raises(CPU, torch.bfloat16, torch.float16, strict=False)
+    assert "the export raised RuntimeError: autocast region could not be exported" in str(
+        caught.value)
+    assert before.diff(AutocastState.capture("cpu")) == []
 
 
 def test_export_finds_regions_and_catches_a_lost_one(monkeypatch):
@@ -224,7 +238,7 @@ def test_device_without_compile_support_skips_the_family(pytester, tmp_path):
     caps.write_text("[capabilities]\ncompile = false\n[reasons]\ncompile = \"no dynamo\"\n")
     result = pytester.runpytest(*SUITE, f"--capabilities={caps}", "-rs", "-k",
                                 "export or (inner_region] and eager)")
-    result.assert_outcomes(skipped=6)
+    result.assert_outcomes(skipped=10)  # export: keeps regions, region raises (x2); per dtype
     result.stdout.fnmatch_lines(["*device declares no torch.compile support (no dynamo)*"])
 
 

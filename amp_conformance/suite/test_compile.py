@@ -5,11 +5,14 @@ compiled tier: the compiled_policy family).
   amp dtype, backend (eager and aot_eager always; the ``--amp-compile`` backend too) and
   scenario; a scenario that shows a known upstream defect is a strict xfail naming it.
 - ``test_export_keeps_regions``: torch.export keeps the regions and runs them as eager.
+- ``test_export_region_raises``: an exception raised in a region reaches the caller of
+  torch.export unchanged (strict and non-strict), the autocast state restored.
 - ``test_compiled_policy``: opt-in (``--amp-compile BACKEND``), per op-list entry.
 """
 
 import pytest
 
+from amp_conformance.checks import defects
 from amp_conformance.checks.compile_regions import export, regions
 from amp_conformance.checks.compiled_policy import per_entry
 from amp_conformance.checks.fake_casts import FakeTierLimit
@@ -47,6 +50,22 @@ def test_export_keeps_regions(amp_target, amp_dtype):
         pytest.skip(f"not applicable in --fake mode: torch.export traces torch.autocast("
                     f"{amp_target.device!r}), which refuses the absent device")
     export.check_export(amp_target, amp_dtype, regions.other_dtype(amp_target, amp_dtype))
+
+
+@pytest.mark.amp_check("compile_regions")
+@pytest.mark.parametrize("strict", [False, True], ids=["non_strict", "strict"])
+def test_export_region_raises(amp_target, amp_dtype, strict, record_property):
+    """The module's exception, raised in a region, an enabled=False region in it or a
+    region of the other dtype in it, is what torch.export raises; the state is restored.
+    Strict export's known defect (the exception named only in dynamo's text) is recorded."""
+    if amp_target.fake:
+        pytest.skip(f"not applicable in --fake mode: torch.export traces torch.autocast("
+                    f"{amp_target.device!r}), which refuses the absent device")
+    reproduced = export.check_export_raises(
+        amp_target, amp_dtype, regions.other_dtype(amp_target, amp_dtype), strict)
+    if strict and defects.registry()[export.STRICT_DEFECT].applies():
+        record_property(defects.PROPERTY, defects.record_of(
+            export.STRICT_DEFECT, defects.REPRODUCED if reproduced else defects.FIXED))
 
 
 @pytest.mark.amp_check("compiled_policy")

@@ -8,6 +8,15 @@ The exported graph must still hold every region: torch 2.13 wraps each in a
 ``_enter_autocast(device, dtype, enabled, cache_enabled)`` nodes, which count the same.
 Running the exported program, and its decomposition to core ATen (where the regions become
 explicit casts), must give eager's outputs: the same dtypes, bitwise equal values.
+
+A module whose forward raises inside a region (the region itself, an ``enabled=False``
+region in it, a region of the other dtype in it) is exported too, strict and non-strict:
+the export must raise the module's own exception, unchanged, and leave the autocast state
+as it found it. Strict export (dynamo) raises ``Unsupported: Observed exception`` instead,
+naming the module's exception (its class and message) only in its text: a recorded
+reference defect
+(``export-strict-observed-exception``), accepted while it holds, and only when the text
+names the module's exception (an unrelated error still fails).
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from typing import Any
 import torch
 
 from amp_conformance.core.compare import compare
-from amp_conformance.core.errors import ConformanceFailure
-from amp_conformance.core.state import unchanged_autocast_state
+from amp_conformance.core.errors import ConformanceFailure, describe_error
+from amp_conformance.core.state import AutocastState, unchanged_autocast_state
 from amp_conformance.core.target import Target
+from amp_conformance.schema.defects import registry as defect_registry
 
 Region = tuple[str, Any, bool]  # (device, dtype or "any" when disabled, enabled)
 
@@ -93,3 +103,75 @@ def check_export(target: Target, dtype: torch.dtype, other: torch.dtype | None) 
                 raise ConformanceFailure(f"{exc}\n  outputs: inside the region, in the "
                                          "enabled=False subregion, in the other-dtype "
                                          "subregion, after the subregions, outside") from None
+
+
+class RegionError(ValueError):
+    """What the module's forward raises inside a region: the user's own exception."""
+
+
+#: where the forward raises: in the region, in an enabled=False region in it, in a region
+#: of the other amp dtype in it
+RAISING_FORMS = ("region", "disabled", "nested")
+STRICT_DEFECT = "export-strict-observed-exception"
+
+
+class RaisingRegions(torch.nn.Module):
+    """Raises :class:`RegionError` inside an amp region, at the depth ``form`` says."""
+
+    def __init__(self, device: str, dtype: torch.dtype, other: torch.dtype | None, form: str):
+        super().__init__()
+        self.device, self.dtype, self.other, self.form = device, dtype, other, form
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device, dtype=self.dtype):
+            y = torch.mm(x, x)
+            if self.form == "disabled":
+                with torch.autocast(self.device, enabled=False):
+                    raise RegionError(f"raised by the module in an enabled=False region, {y.dtype}")
+            if self.form == "nested":
+                with torch.autocast(self.device, dtype=self.other):
+                    raise RegionError(f"raised by the module in a nested region, {y.dtype}")
+            raise RegionError(f"raised by the module in its region, {y.dtype}")
+
+
+def _raised(module: torch.nn.Module, call: Any) -> BaseException | None:
+    try:
+        call(module)
+    except Exception as exc:  # noqa: BLE001 - what it raised is the verdict
+        return exc
+    return None
+
+
+def _names(got: BaseException | None, eager: BaseException | None) -> bool:
+    """Whether dynamo's text names the module's exception: its class and its message."""
+    text = str(got) if got is not None else ""
+    return eager is not None and f"{type(eager).__name__}(" in text and str(eager) in text
+
+
+def check_export_raises(target: Target, dtype: torch.dtype, other: torch.dtype | None,
+                        strict: bool) -> bool:
+    """Export each raising module; whether a strict export reproduced the known defect."""
+    mode = "strict" if strict else "non-strict"
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)).to(target.device)
+    known = False
+    for form in RAISING_FORMS if other is not None else RAISING_FORMS[:2]:
+        where = (f"compile_regions: torch.export ({mode}) of a module raising in "
+                 f"{form!r} on {target}, amp dtype {dtype}")
+        module = RaisingRegions(target.device, dtype, other, form)
+        eager = _raised(module, lambda m: m(x))
+        before = AutocastState.capture(target.device)
+        got = _raised(module, lambda m: torch.export.export(m, (x,), strict=strict))
+        changed = before.diff(AutocastState.capture(target.device))
+        if changed:
+            before.restore()
+            raise ConformanceFailure(f"{where}: autocast state not restored after the export "
+                                     f"raised: {'; '.join(changed)}")
+        if type(got) is type(eager) and str(got) == str(eager):
+            continue
+        if strict and defect_registry()[STRICT_DEFECT].applies() and _names(got, eager):
+            known = True
+            continue
+        said = describe_error(got) if got is not None else "nothing"
+        raise ConformanceFailure(f"{where}: the export raised {said}, expected the module's "
+                                 f"own {describe_error(eager)}")
+    return known

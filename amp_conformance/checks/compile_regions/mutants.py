@@ -4,7 +4,8 @@ broken implementations its checks must catch.
 Each breaks the compile machinery, never eager autocast: the traced region's dtype or
 enabled flag (dynamo's ``AutocastModeVariable``), the region dynamo rebuilds after a graph
 break (leaking its state when the body raises, or not entered for the eager code at the
-break), the guard on the ambient autocast state
+break), an exception raised in a region under torch.export (lost for an error of the export's
+own), the guard on the ambient autocast state
 (a stale graph), and a backend that drops the regions from the graph it is given.
 """
 
@@ -114,6 +115,19 @@ def _break_runs_without_region() -> Undo:
     return restore
 
 
+def _export_swallows_region_error() -> Undo:
+    """Leaving a region with an exception in flight while torch.export traces raises an
+    error of its own instead: the module's exception is lost."""
+    def make(original):
+        def __exit__(self, exc_type, exc, tb):
+            result = original(self, exc_type, exc, tb)
+            if exc is not None and torch.compiler.is_exporting():
+                raise RuntimeError("autocast region could not be exported") from None
+            return result
+        return __exit__
+    return patch(torch.amp.autocast_mode.autocast, "__exit__", make)()
+
+
 def _guard_ignores_global_state() -> Undo:
     from torch._dynamo import guards
 
@@ -183,6 +197,15 @@ register(Mutant(
     apply=_break_runs_without_region,
     expect=("compile_regions scenario 'computing_break", "do not match"),
     select="test_compile_region and (computing_break or graph_break)",
+))
+register(Mutant(
+    name="export-region-error-swallowed",
+    description="torch.export of a module that raises inside an autocast region raises an "
+                "unrelated error instead of the module's own",
+    apply=_export_swallows_region_error,
+    expect=("torch.export (non-strict) of a module raising in 'region'",
+            "expected the module's own RegionError"),
+    select="test_export_region_raises",
 ))
 register(Mutant(
     name="compile-stale-guard",
