@@ -340,3 +340,14 @@ def test_a_sound_wrapper_of_every_kind_passes_on_a_fake_cuda_device(pytester):
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 30 and not outcomes.get("failed"), result.stdout.str()
     assert "enters the device's own autocast" not in result.stdout.str()
+
+
+def test_a_fake_device_moves_small_constants_and_makes_views_contiguous():
+    """A module's ``torch.tensor(0)`` buffer moved to the fake device (rotary-embedding-torch's
+    ``dummy``) and ``.contiguous()`` of a permuted fake tensor (MONAI's quantizer) run there,
+    as on the device."""
+    with fake_device.on_device(Target("cuda", True)):
+        moved = torch.tensor(0).to("cuda")
+        x = torch.empty(2, 8, 4, 4, device="cuda").permute(0, 2, 3, 1).contiguous()
+        assert (moved.device.type, moved.dtype) == ("cuda", torch.int64)
+        assert x.is_contiguous() and x.view(-1, 8).shape == (32, 8)

@@ -86,20 +86,26 @@ def _to(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     moved = device is not None and torch.device(device).type != x.device.type
     if not (moved or copy or (dtype is not None and dtype != x.dtype)):
         return x
+    if moved and getattr(x, "constant", None) is not None:
+        # a small constant (``torch.tensor(0)``) is copied for real, on a device the build
+        # lacks: move an alias that forgets its value (fake tensors carry none)
+        x = aten.alias.default(x)
+        x.constant = None
     return aten._to_copy.default(x, dtype=dtype or x.dtype,
                                  device=device if moved else x.device,
                                  memory_format=memory_format or torch.preserve_format)
 
 
 def _methods(device: str) -> contextlib.ExitStack:
-    """Indexing, ``.to`` and ``.cuda`` of the device's fake tensors as the ops they stand
-    for (their bindings ask for the device's guard, which the build may lack). Patched on
+    """Indexing, ``.to``, ``.cuda`` and ``.contiguous`` of the device's fake tensors as the
+    ops they stand for (their bindings ask for the device's guard, which the build may lack). Patched on
     the class, not seen by a TorchFunctionMode: a mode misses the calls made inside a torch
     function written in Python (``nn.init``'s ``tensor[0][0]``)."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     stack = contextlib.ExitStack()
-    originals = {name: getattr(torch.Tensor, name) for name in ("__getitem__", "to", "cuda")}
+    originals = {name: getattr(torch.Tensor, name)
+                 for name in ("__getitem__", "to", "cuda", "contiguous")}
 
     def ours(x: Any) -> bool:
         return isinstance(x, FakeTensor) and x.device.type == device
@@ -114,7 +120,13 @@ def _methods(device: str) -> contextlib.ExitStack:
     def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return _to(self, "cuda") if device == "cuda" and isinstance(self, FakeTensor) \
             else originals["cuda"](self, *args, **kwargs)
-    for name, method in (("__getitem__", getitem), ("to", to), ("cuda", cuda)):
+    def contiguous(self: torch.Tensor, memory_format: torch.memory_format =
+                   torch.contiguous_format) -> torch.Tensor:
+        if not ours(self) or self.is_contiguous(memory_format=memory_format):
+            return originals["contiguous"](self, memory_format=memory_format)
+        return aten.clone.default(self, memory_format=memory_format)
+    for name, method in (("__getitem__", getitem), ("to", to), ("cuda", cuda),
+                         ("contiguous", contiguous)):
         stack.enter_context(mock.patch.object(torch.Tensor, name, method))
     return stack
 

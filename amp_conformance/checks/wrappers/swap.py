@@ -12,6 +12,7 @@ comes back (``nesting``); outside any region it does as declared (``outside``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import torch
@@ -133,7 +134,7 @@ def check_outside(case: WrapperCase) -> None:
     """Outside any enabled region the swap leaves autocast off and the state as it was
     (``outside="noop"``), or raises (``"error"``), the state as it was after."""
     dev, problems = case.device, []
-    with kept(dev) as before:
+    with kept(dev):
         torch.set_autocast_dtype(dev, case.amp_dtype)
         before = AutocastState.capture(dev)
         raised: BaseException | None = None
@@ -160,7 +161,7 @@ def check_outside(case: WrapperCase) -> None:
 
 
 @contextlib.contextmanager
-def entered(case: WrapperCase):  # noqa: ANN201 - a generator context manager
+def entered(case: WrapperCase) -> Iterator[None]:
     """The swap inside a region of the case's dtype (for the other-devices check)."""
     with target(case).autocast(case.amp_dtype), swap(case):
         yield
