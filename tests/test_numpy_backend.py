@@ -58,8 +58,9 @@ def test_the_supervised_run_fails_on_departures_and_names_each_limit_once(tmp_pa
         (r["nodeid"], r["message"][:200]) for r in failed if not r["message"].startswith(CONV)]
     limits = {row["cause"].split(" limit: ")[1]: row for row in data["causes"]["limits"]}
     assert set(limits) == LIMITS
-    assert "(probe: (x * x).sum().backward() on a leaf tensor x of the device raised " \
-        "RuntimeError: element 0 of tensors does not require grad" in \
+    assert "(probe: (x * x).sum().backward() on a leaf tensor x of the device, then through " \
+        "torch.nn.Linear(2, 2).to(device) raised RuntimeError: element 0 of tensors does not " \
+        "require grad" in \
         limits["autograd does not reach its tensors"]["example"]
     assert "NotInEnvironment: npmode can only do math within the npmode environment" in \
         limits["its ops do not run in other threads"]["example"]

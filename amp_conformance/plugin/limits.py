@@ -54,8 +54,12 @@ def _autograd(device: str) -> None:
     with torch.enable_grad():
         x = torch.ones(2, device=device).requires_grad_()
         (x * x).sum().backward()
-    if x.grad is None:
-        raise _Shown("x.grad is None after backward()")
+        if x.grad is None:
+            raise _Shown("x.grad is None after backward()")
+        layer = torch.nn.Linear(2, 2).to(device)  # what the checks train: moved parameters
+        layer(torch.ones(1, 2, device=device)).sum().backward()
+    if layer.weight.grad is None:
+        raise _Shown("the moved layer's weight.grad is None after backward()")
 
 
 def _sparse(device: str) -> None:
@@ -84,7 +88,8 @@ def _threads(device: str) -> None:
 
 LIMITS = (
     Limit("autograd", "autograd does not reach its tensors",
-          "(x * x).sum().backward() on a leaf tensor x of the device", _autograd),
+          "(x * x).sum().backward() on a leaf tensor x of the device, then through "
+          "torch.nn.Linear(2, 2).to(device)", _autograd),
     Limit("sparse_grads", "it has no sparse layout",
           "torch.sparse_coo_tensor(...).to(device).coalesce()", _sparse),
     Limit("threads", "its ops do not run in other threads",
