@@ -71,7 +71,8 @@ def test_the_supervised_run_fails_on_departures_and_names_each_limit_once(tmp_pa
     # declared, the limits' items skip without running, with the vendor's words
     again = _run(tmp_path, "-m", "pytest", "--pyargs", "amp_conformance", *NPMODE, "--oplist",
                  str(OPLIST), "--capabilities", "declared/capabilities.toml", "-q", "-rs",
-                 "-p", "no:cacheprovider", "-k", "test_threads or test_gradscaler_workflow or test_gradscaler_scale_outputs")
+                 "-p", "no:cacheprovider", "-k",
+                 "test_threads or test_gradscaler_workflow or test_gradscaler_scale_outputs")
     assert again.returncode == 0, again.stdout[-3000:]
     assert "device declares its ops run only in the thread that set it up (its ops do not " \
         "run in other threads (probe:" in again.stdout

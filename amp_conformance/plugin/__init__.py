@@ -27,6 +27,7 @@ pytest_plugins = (  # each before the modules that import it, so pytest rewrites
     "amp_conformance.plugin.verdict",
     "amp_conformance.plugin.statistics",
     "amp_conformance.plugin.quarantine",
+    "amp_conformance.plugin.warned",
     "amp_conformance.plugin.limits",  # before: a limit explains a kernel it seems to lack
     "amp_conformance.plugin.missing_kernels",
     "amp_conformance.plugin.health",

@@ -4,6 +4,7 @@ autocast state (pytorch#71124)."""
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -53,3 +54,36 @@ register(Mutant(
     select="test_recompute_in_forward_state and non_reentrant",
 ))
 
+
+
+class _ThroughLegacyAutocast(dict):
+    """Recorded autocast kwargs whose use in the recompute goes through the deprecated
+    ``torch.cpu.amp.autocast``: it warns, from inside torch, on every backward."""
+
+    def keys(self):  # noqa: ANN201 - what ``**kwargs`` calls on a dict subclass
+        warnings.warn("`torch.cpu.amp.autocast(args...)` is deprecated. Please use "
+                      "`torch.amp.autocast('cpu', args...)` instead.", FutureWarning,
+                      stacklevel=2)
+        return super().keys()
+
+    def __iter__(self):  # noqa: ANN204 - overridden, so that ``**`` asks keys()
+        return super().__iter__()
+
+
+def _legacy_recompute(original):
+    @functools.wraps(original)
+    def _get_autocast_kwargs(*args, **kwargs):
+        device_kwargs, cpu_kwargs = original(*args, **kwargs)
+        return device_kwargs, _ThroughLegacyAutocast(cpu_kwargs)
+    return _get_autocast_kwargs
+
+
+register(Mutant(
+    name="checkpoint-recompute-warns",
+    description="torch.utils.checkpoint's recompute enters the deprecated torch.cpu.amp.autocast: "
+                "a FutureWarning on every backward, the autocast state right",
+    apply=patch(checkpoint_module, "_get_autocast_kwargs", _legacy_recompute),
+    expect=("the call warned where the reference gives no such warning: FutureWarning: "
+            "`torch.cpu.amp.autocast(args...)` is deprecated", "checkpoint.py"),
+    select="test_recompute_in_forward_state and reentrant",
+))

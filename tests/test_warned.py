@@ -1,0 +1,35 @@
+"""Warnings are part of the verdict (plugin/warned.py): the autocast machinery's warnings
+fail an item unless the reference gives them for a user's call of what it deprecates."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from amp_conformance.plugin import warned
+
+TORCH_FILE = os.path.join(os.path.dirname(torch.__file__), "utils", "checkpoint.py")
+VMAP_FILE = os.path.join(os.path.dirname(torch.__file__), "_functorch", "vmap.py")
+LEGACY = ("`torch.cpu.amp.autocast(args...)` is deprecated. Please use "
+          "`torch.amp.autocast('cpu', args...)` instead.")
+
+
+def _message(text, category=FutureWarning, filename=__file__):
+    return warnings.WarningMessage(category(text), category, filename, 1)
+
+
+def test_the_reference_warnings_are_read_from_the_reference():
+    read = {text for _category, text in warned.reference("cpu")}
+    assert LEGACY in read  # what torch.cpu.amp.autocast() says, read by calling it
+
+
+def test_a_deprecation_is_the_references_own_only_where_a_user_calls_it(monkeypatch):
+    monkeypatch.setattr(warned, "settings", lambda config: type("S", (), {"device": "cpu"}))
+    users = _message(LEGACY)
+    torchs = _message(LEGACY, filename=TORCH_FILE)
+    unknown = _message("autocast region re-entered the legacy way", filename=TORCH_FILE)
+    other = _message("torch.lu is deprecated", UserWarning, VMAP_FILE)  # not autocast's
+    found = warned.departures(None, [users, torchs, unknown, other])
+    assert found == [torchs, unknown]
