@@ -7,9 +7,10 @@ from amp_conformance.core.registry import Check
 
 CHECKS = (
     Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
-          "nested, decorator, legacy, every call form, graph break, exception, ambient "
-          "changes, a fresh compile in another region) and kept by torch.export give eager's "
-          "dtypes, values and state",
+          "nested, decorator, legacy, every call form, graph break, a break that computes, "
+          "exception, ambient changes, a fresh compile in another region) and kept by "
+          "torch.export give eager's dtypes, values and state; an exception raised in an "
+          "exported region reaches the caller unchanged",
           capability="compile"),
 )
 
