@@ -1,6 +1,7 @@
 """Time the conformance suite: items, wall time and items per second, serial and -n 2.
 
     python benchmarks/suite_speed.py [--repeat N] [--bytecode-cache] [--device cpu] [pytest args...]
+    python benchmarks/suite_speed.py --repeat 3 --device cpu --record docs/data/suite-speed.json
 
 Runs ``pytest --pyargs amp_conformance.suite`` in a subprocess (so torch's import is
 counted, as a user would see it) from an empty directory, serial and ``-n 2`` in turn
@@ -8,8 +9,13 @@ counted, as a user would see it) from an empty directory, serial and ``-n 2`` in
 the serial one. Every process pays pytest's assertion rewriting of
 the packages that ship a pytest plugin (Hypothesis, pytest-xdist, this suite: about 1 s
 here) unless their rewritten bytecode is cached, which pytest does where Python may write
-bytecode. The first line says what the runs met: ``PYTHONDONTWRITEBYTECODE`` (set on this
-project's machine and in many CI images) and how many rewritten files were cached.
+bytecode. ``--record PATH`` also puts what it printed, with the machine (CPU model,
+capability, cores, torch), the commit and the date, into a JSON record file (replacing the
+record of the same arguments): docs/performance.md's table is generated from
+docs/data/suite-speed.json (``amp_conformance.tools.figures``).
+
+The first line says what the runs met: ``PYTHONDONTWRITEBYTECODE`` (set on this project's
+machine and in many CI images) and how many rewritten files were cached.
 ``--cold`` removes those files before every run: a fresh virtualenv under
 ``PYTHONDONTWRITEBYTECODE``, as CI meets it. ``--bytecode-cache`` lifts
 ``PYTHONDONTWRITEBYTECODE`` for the runs, after one run that fills the cache.
@@ -18,7 +24,9 @@ project's machine and in many CI images) and how many rewritten files were cache
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -77,6 +85,8 @@ def main() -> int:
                       help="let Python cache bytecode (unset PYTHONDONTWRITEBYTECODE)")
     mode.add_argument("--cold", action="store_true",
                       help="remove pytest's cached rewritten bytecode before every run")
+    parser.add_argument("--record", type=Path, metavar="PATH",
+                        help="put what is printed, with the machine, into this JSON file")
     args, extra = parser.parse_known_args()
     env = dict(os.environ)
     if args.bytecode_cache:
@@ -84,12 +94,16 @@ def main() -> int:
         run(extra, None, env)  # fills the cache
     import torch
 
+    from amp_conformance.tools import guide_walk
+
+    host = guide_walk.machine()  # as the runs begin: the load average says what else ran
     cached = "none (--cold)" if args.cold else f"{len(rewritten())} files"
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores "
-          f"({torch.backends.cpu.get_cpu_capability()}), PYTHONDONTWRITEBYTECODE "
-          f"{'set' if env.get('PYTHONDONTWRITEBYTECODE') else 'unset'}, pytest's rewritten "
-          f"bytecode cached: {cached}")
-    print(f"{'mode':<10} {'items':>6} {'wall s':>8} {'items/s':>8}  summary")
+    lines = [f"torch {torch.__version__}, {os.cpu_count()} cores "
+             f"({torch.backends.cpu.get_cpu_capability()}), PYTHONDONTWRITEBYTECODE "
+             f"{'set' if env.get('PYTHONDONTWRITEBYTECODE') else 'unset'}, pytest's rewritten "
+             f"bytecode cached: {cached}",
+             f"{'mode':<10} {'items':>6} {'wall s':>8} {'items/s':>8}  summary"]
+    print("\n".join(lines))
     modes = (("serial", None), ("-n 2", 2))
     # Alternated, so that a machine slowing down or speeding up during the runs weighs on
     # both modes alike; the best run of each mode is shown.
@@ -101,10 +115,28 @@ def main() -> int:
     for label, _ in modes:
         items, wall, last = min(runs[label], key=lambda r: r[1])
         walls.append(wall)
-        print(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
-    print(f"-n 2 / serial wall: {walls[1] / walls[0]:.2f}")
+        lines.append(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
+        print(lines[-1])
+    lines.append(f"-n 2 / serial wall: {walls[1] / walls[0]:.2f}")
+    print(lines[-1])
+    if args.record:
+        record(args.record, [a for a in sys.argv[1:] if not a.startswith("--record")
+                             and a != str(args.record)], lines, host)
     return 0
 
+
+def record(path: Path, argv: list[str], lines: list[str], host: dict) -> None:
+    """Put this benchmark's output, run on ``host``, into the record file ``path``,
+    replacing the record of the same arguments."""
+    from amp_conformance.tools import guide_walk
+
+    new = {"command": " ".join(["python benchmarks/suite_speed.py", *argv]),
+           "machine": host, "commit": guide_walk.commit(working_tree=True),
+           "date": datetime.date.today().isoformat(), "output": lines}
+    records = json.loads(path.read_text(encoding="utf-8"))["records"] if path.exists() else []
+    records = [r for r in records if r["command"] != new["command"]] + [new]
+    path.write_text(json.dumps({"records": records}, indent=1) + "\n", encoding="utf-8")
+    print(f"suite_speed: recorded in {path}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,121 @@
+"""Every figure README.md and docs/ print from a run names its source, and agrees with it
+(amp_conformance/tools/figures.py): a record of docs/data the run wrote (the guide walks,
+the suite-speed benchmark), a generated section, or docs/data/figure-sources.toml (the
+commit that brought a past run's figure, the test that checks one, or why a number is no
+run's)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from amp_conformance.tools import figures, guide_walk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_pages_print_the_recorded_figures():
+    found = figures.problems()
+    assert not found, ("the pages differ from the records in docs/data; regenerate them with "
+                       "python -m amp_conformance.tools.figures --write\n  " + "\n  ".join(found))
+
+
+def test_every_figure_of_the_pages_names_its_source():
+    found = [u for page in figures.PAGES for u in figures.unnamed(page)]
+    assert not found, (
+        "figures no record, generated section or docs/data/figure-sources.toml names (record "
+        "the run, or name the figure's source there):\n  " + "\n  ".join(found))
+
+
+def test_each_named_source_stands_on_its_page():
+    for entry in figures.sources():
+        kinds = {"commit", "test", "not_a_run"} & set(entry)
+        assert len(kinds) == 1, entry
+        text = (ROOT / entry["page"]).read_text(encoding="utf-8")
+        assert figures._spans(text, entry["text"]), (entry["page"], entry["text"][:80])
+        assert figures.RUN_FIGURE.search(entry["text"]), ("names no figure", entry["text"][:80])
+        if "test" in entry:
+            path, _, name = entry["test"].partition("::")
+            assert re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text(
+                encoding="utf-8"), re.M), entry["test"]
+
+
+def _history() -> bool:
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT,
+                          capture_output=True, text=True)
+    return done.returncode == 0 and done.stdout.strip() == "false"
+
+
+def _added(commit: str) -> str:
+    """The lines ``commit`` added, to any page (a figure may have come into a page it has
+    moved from since)."""
+    done = subprocess.run(["git", "show", "--format=", "--unified=0", commit],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    return "\n".join(line[1:] for line in done.stdout.splitlines()
+                     if line.startswith("+") and not line.startswith("+++"))
+
+
+@pytest.mark.skipif(not _history(), reason="needs the repository's history (not a shallow clone)")
+def test_a_past_runs_figures_came_with_the_commit_named():
+    """A figure of a run that left no record came into its page with the commit named."""
+    wrong = []
+    for entry in (e for e in figures.sources() if "commit" in e):
+        commits = entry["commit"] if isinstance(entry["commit"], list) else [entry["commit"]]
+        added = re.sub(r"\s+", " ", " ".join(_added(c) for c in commits))
+        wrong += [f"{entry['page']}: {m.group(0)!r} (commit {', '.join(commits)})"
+                  for m in figures.RUN_FIGURE.finditer(re.sub(r"\s+", " ", entry["text"]))
+                  if m.group(0) not in added]
+    assert not wrong, "figures that the commit named did not add to the page:\n  " + \
+        "\n  ".join(wrong)
+
+
+def test_the_quoted_records_are_whole_runs():
+    """The records the pages quote ran every step; the vendor guide's first run fails (its
+    departures undeclared), every other step whose figures a page quotes succeeds."""
+    vendor = figures.records(figures.VENDOR)[0]
+    failing = [s["command"] for s in vendor["steps"] if s["rc"] != 0]
+    assert failing == [figures._step(vendor, "python -m amp_conformance run --report "
+                                     "reports/draft.json")["command"]], failing
+    assert len(vendor["steps"]) == len(guide_walk.vendor_commands(vendor["environment"].startswith(
+        "a fresh")))
+    # the project's own test run is of the commit recorded, which other work may have left
+    # half-done; its counts are quoted nowhere, its time is
+    quick = figures.records(figures.QUICK)[0]
+    failing = [s["command"] for s in quick["steps"] if s["rc"] != 0]
+    assert set(failing) <= {"pytest -n 2"}, failing
+    for record in (vendor, quick):
+        assert set(record["machine"]) >= {"cpu", "capability", "cores", "torch"}
+
+
+# -- the checker itself ------------------------------------------------------------------
+
+
+def test_a_moved_figure_is_named_with_both_values():
+    figure = figures.Figure("p.md", "ends `{a} failed, {b} passed` ({t} s)", "x.json",
+                            lambda r: r)
+    page = "the run ends `27 failed, 1255\n  passed` (22 s), then"
+    assert figures.check(figure, page, {"a": "27", "b": "1255", "t": "22"}) == []
+    assert figures.check(figure, page, {"a": "27", "b": "1254", "t": "22"}) == [
+        "p.md: b is 1255 on the page, 1254 in docs/data/x.json"]
+    assert figures.fill(figure, page, {"a": "3", "b": "4", "t": "5"}) == \
+        "the run ends `3 failed, 4\n  passed` (5 s), then"
+
+
+def test_an_unnamed_figure_is_found(tmp_path, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "p.md").write_text(
+        "Recorded: 12 passed in 3.5 s.\nA default of 600 s.\nAbout 2 minutes, 7/9 covered.\n"
+        "Three checks, 40 entries.\n", encoding="utf-8")
+    sources = tmp_path / "sources.toml"
+    sources.write_text('[[figure]]\npage = "docs/p.md"\ntext = "A default of 600 s."\n'
+                       'not_a_run = "an option\'s default"\n', encoding="utf-8")
+    monkeypatch.setattr(figures, "SOURCES", sources)
+    monkeypatch.setattr(figures, "sources", lambda path=sources: figures.tomllib.loads(
+        sources.read_text(encoding="utf-8"))["figure"])
+    assert figures.unnamed("docs/p.md", tmp_path) == [
+        "docs/p.md:1: 12 passed", "docs/p.md:1: 3.5 s", "docs/p.md:3: 2 minutes",
+        "docs/p.md:3: 7/9 covered"]
+
