@@ -91,7 +91,7 @@ def test_the_vendor_guide_up_to_coverage_prints_its_figures(tmp_path, monkeypatc
                     "the vendor guide's two suite runs too (about a minute on two cores)")
 def test_the_vendor_guide_walked_whole_prints_its_figures(tmp_path):
     recorded = _recorded(figures.VENDOR)
-    walked = guide_walk.walk_vendor(tmp_path)
+    walked = guide_walk.record(guide_walk.walk_vendor(tmp_path), guide_walk.machine(), "here")
     assert _compared(figures.vendor_values(walked)) == _compared(figures.vendor_values(recorded))
     assert walked["reports"]["draft"]["failed"] == recorded["reports"]["draft"]["failed"]
 
@@ -100,7 +100,8 @@ def test_the_vendor_guide_walked_whole_prints_its_figures(tmp_path):
                     "walks the quickstart from a fresh clone (the project's whole test run)")
 def test_the_quickstart_walked_prints_its_figures(tmp_path):
     recorded = _recorded(figures.QUICK)
-    walked = guide_walk.walk_quickstart(tmp_path)
-    assert [s["rc"] for s in walked["steps"]] == [0] * len(walked["steps"])
+    walked = guide_walk.record(guide_walk.walk_quickstart(tmp_path), guide_walk.machine(),
+                               "here")
+    assert [s["rc"] for s in walked["steps"]] == [0] * len(walked["steps"]), walked["steps"]
     assert _compared(figures.quickstart_values(walked)) == \
         _compared(figures.quickstart_values(recorded))
