@@ -11,7 +11,8 @@ gives for the calls it deprecates or refuses (read once per process by making th
 ``torch.autocast`` of a device this machine lacks; never typed here) and it points at the
 caller's line: the same deprecation raised from inside torch is the machinery itself
 calling what it deprecates (checkpoint's recompute entering a legacy autocast). Every recorded
-warning is warned again after the call, so pytest's own summary still lists it.
+warning is warned again after the call, so pytest's own summary still lists it. The
+wrapper tier is left out: its calls are a library's code, whose own warnings are its own.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 import torch
 
 from amp_conformance.core.errors import ConformanceFailure, first_line
-from amp_conformance.plugin.items import is_conformance
+from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -83,9 +84,13 @@ def reference(device: str) -> frozenset[tuple[type, str]]:
     return _REFERENCE[device]
 
 
+#: checks whose calls are a library's code, whose own warnings are the library's to give
+_LIBRARY_CODE = frozenset({"wrappers"})
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):  # noqa: ANN201
-    if not is_conformance(item):
+    if not is_conformance(item) or check_of(item) in _LIBRARY_CODE:
         return (yield)
     distinct: dict[tuple[Any, ...], warnings.WarningMessage] = {}
 
