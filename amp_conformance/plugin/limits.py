@@ -25,8 +25,9 @@ import pytest
 import torch
 
 from amp_conformance.checks import registry
-from amp_conformance.core.errors import describe_error, first_line
+from amp_conformance.core.errors import describe_error, first_line, missing_kernel
 from amp_conformance.plugin.items import check_of, is_conformance
+from amp_conformance.plugin.missing_kernels import refused_op
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import declarations
 
@@ -37,6 +38,10 @@ _THREAD_WAIT = 30.0
 
 class _Shown(Exception):
     """A probe that ran but showed the limit without an exception of the backend's."""
+
+
+class _NoEvidence(Exception):
+    """A probe that failed before reaching its capability: it tells nothing of the limit."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +57,22 @@ class Limit:
 
 def _autograd(device: str) -> None:
     with torch.enable_grad():
-        x = torch.ones(2, device=device).requires_grad_()
-        (x * x).sum().backward()
-        if x.grad is None:
-            raise _Shown("x.grad is None after backward()")
-        layer = torch.nn.Linear(2, 2).to(device)  # what the checks train: moved parameters
-        layer(torch.ones(1, 2, device=device)).sum().backward()
+        try:  # the forward: where it raises, the device lacks a kernel, not autograd
+            x = torch.ones(2, device=device).requires_grad_()
+            leaf = (x * x).sum()
+            layer = torch.nn.Linear(2, 2).to(device)  # what the checks train: moved parameters
+            moved = layer(torch.ones(1, 2, device=device)).sum()
+        except Exception as exc:  # noqa: BLE001 - no evidence of this limit
+            raise _NoEvidence from exc
+        try:
+            leaf.backward()
+            if x.grad is None:
+                raise _Shown("x.grad is None after backward()")
+            moved.backward()
+        except Exception as exc:
+            if missing_kernel(exc) or refused_op(exc):  # a kernel it lacks, again
+                raise _NoEvidence from exc
+            raise
     if layer.weight.grad is None:
         raise _Shown("the moved layer's weight.grad is None after backward()")
 
@@ -118,7 +133,9 @@ def shown(limit: Limit, device: str) -> BaseException | None:
             return None
         try:
             limit.run(device)
-        except Exception as exc:  # noqa: BLE001 - any failure of the probe is the evidence
+        except _NoEvidence:
+            pass
+        except Exception as exc:  # noqa: BLE001 - any other failure of the probe is the evidence
             _SEEN[key] = exc
     return _SEEN[key]
 

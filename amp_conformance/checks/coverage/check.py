@@ -259,9 +259,9 @@ def _tally(report: Report) -> None:
         library = name.partition("::")[0]
         if library != "aten" and library not in named:
             report.foreign[name] = (
-                f"an op of library '{library}', which no op list names: name its ops "
-                f"(op = \"{name.split('.')[0]}\", [list] imports = [<its module>]) to check "
-                "its autocast kernels")
+                f"an op of library '{library}', which no op list names: an op list that "
+                "names its ops with their library (op = \"<library>::<op>\") and imports it "
+                "([list] imports) checks them")
     report.missing = [n for n in unplaced if n not in report.foreign]
     report.policy = [n for n in report.policy if n not in report.foreign]
 
