@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,6 @@ import torch
 from amp_conformance.checks import registry
 from amp_conformance.core.errors import describe_error, first_line, missing_kernel
 from amp_conformance.plugin.items import check_of, is_conformance
-from amp_conformance.plugin.missing_kernels import refused_op
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import declarations
 
@@ -70,6 +70,8 @@ def _autograd(device: str) -> None:
                 raise _Shown("x.grad is None after backward()")
             moved.backward()
         except Exception as exc:
+            from amp_conformance.plugin.missing_kernels import refused_op  # after pytest's rewrite
+
             if missing_kernel(exc) or refused_op(exc):  # a kernel it lacks, again
                 raise _NoEvidence from exc
             raise
@@ -127,17 +129,24 @@ def shown(limit: Limit, device: str) -> BaseException | None:
     key = (device, limit.capability)
     if key not in _SEEN:
         _SEEN[key] = None
-        try:
-            _basics(device)
-        except Exception:  # noqa: BLE001 - nothing to tell a limit by
-            return None
-        try:
-            limit.run(device)
-        except _NoEvidence:
-            pass
-        except Exception as exc:  # noqa: BLE001 - any other failure of the probe is the evidence
-            _SEEN[key] = exc
+        with warnings.catch_warnings():  # the probe's warnings are nobody's item's
+            warnings.simplefilter("ignore")
+            _SEEN[key] = _probe(limit, device)
     return _SEEN[key]
+
+
+def _probe(limit: Limit, device: str) -> BaseException | None:
+    try:
+        _basics(device)
+    except Exception:  # noqa: BLE001 - nothing to tell a limit by
+        return None
+    try:
+        limit.run(device)
+    except _NoEvidence:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any other failure of the probe is the evidence
+        return exc
+    return None
 
 
 def _words(text: str) -> str:
