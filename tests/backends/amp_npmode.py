@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch._C import DispatchKey, DispatchKeySet
+from python_autocast import register_policy
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
@@ -190,35 +190,6 @@ _FROM_DATA = (torch.tensor, torch.as_tensor)
 _AUTOGRAD_API = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad,
                  torch.Tensor.requires_grad_)
 
-# -- autocast --------------------------------------------------------------------------
-
-_BELOW = DispatchKeySet(DispatchKey.AutocastPrivateUse1)
-
-
-def _cast(value: Any, dtype: torch.dtype) -> Any:
-    if (isinstance(value, torch.Tensor) and value.is_floating_point()
-            and value.dtype != torch.float64 and value.device.type == NAME):
-        return value.to(dtype)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
-    return value
-
-
-def _widest(values: Any, lower: torch.dtype) -> torch.dtype:
-    leaves = [v for v in tree_leaves(values) if isinstance(v, torch.Tensor)
-              and v.is_floating_point() and v.device.type == NAME]
-    return torch.float32 if any(v.dtype == torch.float32 for v in leaves) else lower
-
-
-def _kernel(op: torch._ops.OpOverloadPacket, rule: str) -> Any:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        lower = torch.get_autocast_dtype(NAME)
-        dtype = {"lower": lower, "fp32": torch.float32}.get(rule) or _widest((args, kwargs), lower)
-        with torch._C._ExcludeDispatchKeyGuard(_BELOW):
-            return op(*_cast(args, dtype), **_cast(kwargs, dtype))
-    return run
-
-
 _state: list[Any] = []
 
 
@@ -230,15 +201,11 @@ def register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend(NAME, backend_module=NpModeModule())
-    through = torch.library.Library("_", "IMPL")
-    through.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    policy = torch.library.Library("aten", "IMPL")
-    for name, rule in POLICY.items():
-        policy.impl(name, _kernel(getattr(torch.ops.aten, name), rule), "AutocastPrivateUse1")
+    libraries = register_policy(NAME, POLICY)
     modes = [Lowering(), Environment()]
     for mode in modes:
         mode.__enter__()
-    _state.extend([through, policy, *modes])
+    _state.extend([*libraries, *modes])
 
 
 register()
