@@ -171,7 +171,8 @@ def test_mutants_of_the_compile_tier_are_registered():
     assert mine == {"compile-region-other-dtype", "compile-region-traced-disabled",
                     "compile-region-leaks-on-raise", "compile-stale-guard",
                     "compile-backend-drops-regions", "compile-legacy-positional-ignored",
-                    "compile-break-runs-without-region", "export-region-error-swallowed"}
+                    "compile-break-runs-without-region", "export-region-error-swallowed",
+                    "export-strict-region-error-swallowed"}
 
 
 # -- torch.export ----------------------------------------------------------------------
@@ -189,6 +190,16 @@ def test_an_exception_lost_in_an_exported_region_is_caught():
     assert "the export raised RuntimeError: autocast region could not be exported" in str(
         caught.value)
     assert before.diff(AutocastState.capture("cpu")) == []
+
+
+def test_an_exception_lost_in_a_strict_export_is_caught_where_the_defect_is_accepted():
+    """Strict export's known defect (dynamo's "Observed exception", which names the
+    module's exception) is accepted; an error that does not name it is not."""
+    with _mutated("export-strict-region-error-swallowed"), \
+            pytest.raises(ConformanceFailure) as caught:
+        export.check_export_raises(CPU, torch.bfloat16, torch.float16, strict=True)
+    assert "the export raised RuntimeError: autocast region could not be traced" in str(
+        caught.value)
 
 
 def test_export_finds_regions_and_catches_a_lost_one(monkeypatch):

@@ -4,8 +4,8 @@ broken implementations its checks must catch.
 Each breaks the compile machinery, never eager autocast: the traced region's dtype or
 enabled flag (dynamo's ``AutocastModeVariable``), the region dynamo rebuilds after a graph
 break (leaking its state when the body raises, or not entered for the eager code at the
-break), an exception raised in a region under torch.export (lost for an error of the export's
-own), the guard on the ambient autocast state
+break), an exception raised in a region under torch.export, non-strict or strict (lost for an
+error of the export's own), the guard on the ambient autocast state
 (a stale graph), and a backend that drops the regions from the graph it is given.
 """
 
@@ -128,6 +128,18 @@ def _export_swallows_region_error() -> Undo:
     return patch(torch.amp.autocast_mode.autocast, "__exit__", make)()
 
 
+def _strict_export_swallows_region_error() -> Undo:
+    """The region dynamo traces, left with an exception in flight (its ``__exit__`` given
+    the exception), raises an error of its own: strict export loses the module's exception."""
+    def make(original):
+        def exit(self, tx, *args):
+            if args and not (args[0].is_python_constant() and args[0].as_python_constant() is None):
+                raise RuntimeError("autocast region could not be traced")
+            return original(self, tx, *args)
+        return exit
+    return patch(_ctx_variable(), "exit", make)()
+
+
 def _guard_ignores_global_state() -> Undo:
     from torch._dynamo import guards
 
@@ -206,6 +218,15 @@ register(Mutant(
     expect=("torch.export (non-strict) of a module raising in 'region'",
             "expected the module's own RegionError"),
     select="test_export_region_raises",
+))
+register(Mutant(
+    name="export-strict-region-error-swallowed",
+    description="the region dynamo traces, left by an exception, raises an unrelated error: "
+                "strict torch.export of a module raising inside autocast loses its exception",
+    apply=_strict_export_swallows_region_error,
+    expect=("torch.export (strict) of a module raising in 'region'",
+            "expected the module's own RegionError"),
+    select="test_export_region_raises and strict and not non_strict",
 ))
 register(Mutant(
     name="compile-stale-guard",
