@@ -88,3 +88,32 @@ def test_coverage_counts_a_named_library_and_calls_it_foreign_until_then(tmp_pat
                            "--backend-module", "amp_oplib", cwd=tmp_path)
     assert "3 foreign (not checkable)" in unnamed.stdout.strip().splitlines()[-1]
     assert "an op of library 'amplib', which no op list names" in unnamed.stdout
+
+
+def test_discover_runs_a_library_list_and_drafts_the_kernels_no_list_names(tmp_path, library_path):
+    """``discover --oplist`` observes a library's entries and writes them with its imports
+    (the written list passes the suite); without it, each library kernel is a commented
+    draft with its schema, and the summary says how many."""
+    common = ("-m", "amp_conformance", "discover", "--device", "cpu", "--reference", "cpu", "-q")
+    done = backends.run(*common, "--oplist", str(OPLIST), "--out", "lib.toml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "no list names" not in done.stdout
+    text = (tmp_path / "lib.toml").read_text()
+    assert 'imports = ["amp_oplib"]' in text and f"--oplist {OPLIST}" in text
+    written = {e.id: e for e in parse_file(tmp_path / "lib.toml").entries}
+    assert written["amplib-exp_sum"].expect == "first"  # as listed: dtypes alone read "unchanged"
+    assert written["amplib-scaled_mm"].library == "amplib"
+    passed = backends.run("-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
+                          "--oplist", "lib.toml", "-q", "-p", "no:cacheprovider", "-k", "amplib",
+                          cwd=tmp_path)
+    assert passed.returncode == 0 and "28 passed, 2 skipped" in passed.stdout, passed.stdout[-2000:]
+
+    drafted = backends.run(*common, "--backend-module", "amp_oplib", "--out", "cpu.toml",
+                           cwd=tmp_path)
+    assert drafted.returncode == 0, drafted.stdout[-2000:] + drafted.stderr[-2000:]
+    assert "; 3 Autocast kernels of amplib that no list names, drafted (commented)" in \
+        drafted.stdout
+    text = (tmp_path / "cpu.toml").read_text()
+    assert '# op = "amplib::unit_norm"' in text
+    assert "# args = []  # amplib::unit_norm(Tensor x) -> Tensor" in text
+    assert all(e.library != "amplib" for e in parse_file(tmp_path / "cpu.toml").entries)

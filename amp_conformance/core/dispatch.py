@@ -73,13 +73,13 @@ def unresolvable(name: str) -> str | None:
         return ("no schema: a kernel was registered for it, but no library in this process "
                 f"defines it (is the library of namespace '{namespace}' imported?)")
     try:
-        _op_overload(name)
+        op_overload(name)
     except (AttributeError, RuntimeError) as exc:
         return f"torch.ops cannot resolve it: {type(exc).__name__}: {exc}"
     return None
 
 
-def _op_overload(name: str) -> Any:
+def op_overload(name: str) -> Any:
     namespace, _, rest = name.partition("::")
     op, _, overload = rest.partition(".")
     return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
@@ -111,7 +111,7 @@ def _library(namespace: str) -> torch.library.Library:
 
 
 def _shared_kernel(name: str) -> Callable[..., Any]:
-    op = _op_overload(name)
+    op = op_overload(name)
     below = torch._C._dispatch_keyset_full_after(OBSERVER_KEY)
 
     def intercept(keyset: Any, *args: Any, **kwargs: Any) -> Any:

@@ -375,6 +375,19 @@ def load(device: str, extra: Iterable[Path | str] = ()) -> OpList:
     return _load(device, tuple(map(Path, extra)), ())
 
 
+def load_only(device: str, extra: Iterable[Path | str] = ()) -> OpList:
+    """:func:`load`, refusing an ``extra`` file that describes another device than
+    ``device`` (load leaves such a file out, which a command given it would hide)."""
+    extra = tuple(map(Path, extra))
+    lists = load(device, extra)
+    unused = [str(p) for p in extra if str(p) not in set(lists.paths)]
+    if unused:
+        raise OpListError(unused[0], errors=[Problem(
+            p, None, None, f"describes another device than {device!r}: its [list] device is "
+                           f"{parse_file(p).device!r}") for p in unused])
+    return lists
+
+
 def _parse_all(paths: Iterable[Path]) -> list[ListFile]:
     """Every file parsed; one OpListError with the problems of all that have any."""
     files, problems = [], []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from amp_conformance.checks.coverage.check import compute, format_report
 from amp_conformance.core import devices
@@ -49,7 +48,7 @@ def _lists(device: str, extra: Sequence[str]) -> OpList:
     """The device's lists; an ``--oplist`` for another device is refused, not ignored, and
     a device no list describes is bad input naming ``--oplist`` (every overload of its
     policy would be reported missing, with no word of what to pass)."""
-    lists = oplist.load(device, extra)
+    lists = oplist.load_only(device, extra)
     if not lists.paths:
         raise SettingsError(
             f"no op list describes device {device!r}, so nothing covers its policy: pass "
@@ -57,12 +56,6 @@ def _lists(device: str, extra: Sequence[str]) -> OpList:
             f"python -m amp_conformance discover --device {device} --backend-module MODULE "
             f"--out {device}.toml; built-in lists exist for "
             f"{', '.join(oplist.builtin_devices())})")
-    used = set(lists.paths)
-    unused = [str(p) for p in map(Path, extra) if str(p) not in used]
-    if unused:
-        raise oplist.OpListError(unused[0], errors=[oplist.Problem(
-            p, None, None, f"describes another device than {device!r}: its [list] device is "
-                           f"{oplist.parse_file(p).device!r}") for p in unused])
     return lists
 
 

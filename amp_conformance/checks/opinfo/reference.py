@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast, is_eligible, tensors_in
-from amp_conformance.core.dispatch import _op_overload, shared_observer
+from amp_conformance.core.dispatch import op_overload, shared_observer
 from amp_conformance.core.target import Target
 from amp_conformance.schema.defects import DefectUse
 from amp_conformance.schema.oplist import variants
@@ -172,7 +172,7 @@ _KERNELS: set[str] = set()
 
 
 def _kernel(name: str) -> Any:
-    op = _op_overload(name)
+    op = op_overload(name)
     below = torch._C.DispatchKeySet(REFERENCE_KEY)
 
     def reference(*args: Any, **kwargs: Any) -> Any:

@@ -34,6 +34,7 @@ import torch
 
 from amp_conformance.checks.case import Case
 from amp_conformance.core import devices
+from amp_conformance.core.dispatch import op_overload, registered_overloads, unresolvable
 from amp_conformance.core.resolve import SettingsError, resolve
 from amp_conformance.core.target import Target
 from amp_conformance.schema import oplist
@@ -54,17 +55,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="autocast dtype to observe; repeatable; default: all the device supports")
     parser.add_argument("--backend-module", action="append", default=[], metavar="MODULE",
                         help="module imported first to register a backend; repeatable")
+    parser.add_argument("--oplist", action="append", default=[], metavar="PATH.toml",
+                        help="a list of the reference device run too, e.g. an operator "
+                             "library's (op = \"<library>::<op>\"); repeatable")
     parser.add_argument("--diff", metavar="PATH.md", help="also write the diff (Markdown) here")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
 
 
-def discover(device: str, reference: str, target: Target,
+def discover(device: str, reference: str | oplist.OpList, target: Target,
              dtypes: list[torch.dtype]) -> list[Row]:
+    """Each entry of the reference device's lists (or of ``reference`` itself, a loaded
+    list) observed on ``device`` under each of ``dtypes``."""
     # FakeTensorMode logs every meta kernel that raises; here raising is an observation
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
-    lists = oplist.load(reference)
+    lists = oplist.load(reference) if isinstance(reference, str) else reference
     if not lists.entries:
-        raise oplist.OpListError(reference, None, None, f"no op list describes {reference!r}")
+        raise oplist.OpListError(lists.device, None, None, f"no op list describes {lists.device!r}")
     rows = []
     for entry in lists.entries:
         if entry.version_gap() is not None:
@@ -80,16 +86,35 @@ def discover(device: str, reference: str, target: Target,
     return rows
 
 
+def unnamed_libraries(device: str, lists: oplist.OpList) -> dict[str, str]:
+    """The device's Autocast kernels of operator libraries no entry of ``lists`` names,
+    one per op (``{"lib::op": its schema, or why it cannot be called}``)."""
+    named = {e.library for e in lists.entries if e.library is not None}
+    found: dict[str, str] = {}
+    for name in registered_overloads(device):
+        library, _, rest = name.partition("::")
+        op = f"{library}::{rest.partition('.')[0]}"
+        if library in ("aten", "prims") or library in named or op in found:
+            continue
+        why = unresolvable(name)
+        found[op] = why if why else str(op_overload(name)._schema)
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         resolved = resolve(args.device, args.fake, args.amp_dtype or (), args.backend_module)
         dtypes, supported = list(resolved.amp_dtypes), list(resolved.supported)
-        rows = discover(args.device, args.reference, resolved.target, dtypes)
+        lists = oplist.load_only(args.reference, args.oplist)
+        rows = discover(args.device, lists, resolved.target, dtypes)
     except (SettingsError, oplist.OpListError) as exc:
         print(f"amp-conformance discover: {exc}", file=sys.stderr)
         return 2
+    imports = tuple(dict.fromkeys(m for path in args.oplist
+                                  for m in oplist.parse_file(path).meta.get("imports", [])))
+    unnamed = unnamed_libraries(args.device, lists)
     text = render_list(args.device, args.reference, rows, dtypes, args.fake, supported,
-                       args.backend_module)
+                       args.backend_module, tuple(args.oplist), imports, unnamed)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
@@ -102,5 +127,15 @@ def run(args: argparse.Namespace) -> int:
         print(diff)
     print(f"discover: {len(rows)} entries of the {args.reference} lists on {args.device}: "
           f"{counts.get('same', 0)} same, {counts.get('differs', 0)} differ, "
-          f"{counts.get('not run', 0)} not run; wrote {out}")
+          f"{counts.get('not run', 0)} not run"
+          + (f"; {_libraries(unnamed)} that no list names, drafted (commented)" if unnamed else "")
+          + f"; wrote {out}")
     return 0
+
+
+def _libraries(unnamed: dict[str, str]) -> str:
+    """"6 Autocast kernels of torchvision" (or of several libraries, each counted)."""
+    counts = Counter(name.partition("::")[0] for name in unnamed)
+    kernels = "kernel" if len(unnamed) == 1 else "kernels"
+    return f"{len(unnamed)} Autocast {kernels} of " + ", ".join(
+        f"{lib} ({n})" if len(counts) > 1 else lib for lib, n in counts.items())

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from amp_conformance.core import devices
-from amp_conformance.schema import argspec, fields
+from amp_conformance.schema import argspec, fields, oplist
 from amp_conformance.schema.categories import CATEGORIES
 from amp_conformance.schema.oplist import Entry
 from amp_conformance.tools.discover.observe import (
@@ -114,8 +114,8 @@ def entry_table(row: Row, group: list[str], reference: str, restrict: bool,
     category, namespace = category_for(obs.policy, row.entry.namespace)
     table["id"] = row.entry.id + suffix
     table["category"] = category
-    if namespace is not None or "namespace" in raw:
-        table["namespace"] = namespace or row.entry.namespace
+    if row.entry.library is None and (namespace is not None or "namespace" in raw):
+        table["namespace"] = namespace or row.entry.namespace  # a library op's is its op's
     default = {"lower": "amp", "fp32": "float32"}.get(obs.policy)
     if obs.policy in ("unchanged", "other") or (default and expect != default) or \
             (obs.policy == "promote" and isinstance(expect, list)):
@@ -158,8 +158,14 @@ def defect_table(row: Row, names: list[str]) -> dict[str, Any]:
     return {k: table[k] for k in fields.ENTRY_KEYS if k in table}
 
 
+def _overriding(table: dict[str, Any], builtin: set[str]) -> dict[str, Any]:
+    """``table`` replacing the device's built-in entry of its id, where there is one (a list
+    discovered for cpu, say, is loaded on top of cpu's own lists)."""
+    return {**table, "override": True} if table["id"] in builtin else table
+
+
 def review_item(row: Row, device: str, reference: str, departs: list[str],
-                observed: list[dict[str, Any]]) -> list[str]:
+                observed: list[dict[str, Any]], builtin: set[str] = frozenset()) -> list[str]:
     """A departure from the reference, written so that it cannot pass by being written down:
     the reference's expectation stays the active entry (the departure fails until a person
     decides), and what the device did follows commented out, to take instead if intended."""
@@ -168,7 +174,8 @@ def review_item(row: Row, device: str, reference: str, departs: list[str],
                      for n in departs)
     table = {k: v for k, v in raw_entry(row.entry).items() if k not in ("note", "override")}
     table["note"] = f"REVIEW: {device} departs from {reference} ({seen}); {reference}'s expectation kept"
-    table = {k: table[k] for k in fields.ENTRY_KEYS if k in table}
+    table = _overriding({k: table[k] for k in fields.ENTRY_KEYS if k in table}, builtin)
+    observed = [_overriding(t, builtin) for t in observed]
     lines = ["", f"# REVIEW {row.entry.id}: {device} departs from {reference} ({seen}).",
              f"# The {reference} expectation below stays active, so the departure fails until",
              "# reviewed; if it is intended, replace the entry with the observed one after it.",
@@ -179,17 +186,40 @@ def review_item(row: Row, device: str, reference: str, departs: list[str],
     return lines
 
 
-def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch.dtype],
-                fake: bool, supported: list[torch.dtype] | None = None,
-                backend_modules: list[str] | tuple[str, ...] = ()) -> str:
-    """The discovered op list (TOML). Entries seen under some of the dtypes the device
-    supports only are restricted to those (``amp_dtypes``). The first line records the
-    command, backend modules included, so that ``review`` can print runnable reproductions."""
-    every = {devices.dtype_name(d) for d in (supported or dtypes)}
-    modules = "".join(f" --backend-module {m}" for m in backend_modules)
+def listed_table(row: Row, names: list[str]) -> dict[str, Any]:
+    """An operator library's entry the device matched: its table as listed (the library's
+    own rule; a kernel that computes in float32 and casts back reads as "unchanged" by
+    dtypes alone, so the observed policy would not describe it)."""
+    table = {k: v for k, v in raw_entry(row.entry).items() if k not in ("note", "override")}
+    table["note"] = "observed as listed: " + ", ".join(
+        f"{n}: {row.observed[n].policy}" for n in names)
+    return {k: table[k] for k in fields.ENTRY_KEYS if k in table}
+
+
+def library_drafts(device: str, unnamed: dict[str, str]) -> list[str]:
+    """Commented draft entries for the device's Autocast kernels of operator libraries that
+    no list run names (``{"lib::op": schema}``): what discover cannot know (arguments, the
+    category the kernel intends, the module that defines the library) is left to fill in."""
+    if not unnamed:
+        return []
+    lines = ["", f"# Autocast kernels on {device} of operator libraries that no list names (coverage",
+             "# calls them foreign). Each draft needs arguments (args, as in docs/oplists.md), the",
+             "# category its kernel intends, and the module that defines its library under",
+             "# [list] imports; then uncomment it, or run discover again with --oplist LIST.toml."]
+    for name, schema in unnamed.items():
+        library, _, op = name.partition("::")
+        lines += ["# [[entry]]", f"# id = {_toml_value(f'{library}-{op}')}",
+                  f"# op = {_toml_value(name)}",
+                  "# category = \"\"  # torch_16, torch_fp32, torch_need_autocast_promote, ...",
+                  f"# args = []  # {schema}"]
+    return lines
+
+
+def _header(device: str, reference: str, command: str, imports: tuple[str, ...]) -> list[str]:
+    """The list's opening comment (the command that wrote it) and its ``[list]`` table."""
     lines = [
         f"# Autocast policy of {device}, discovered by `python -m amp_conformance discover "
-        f"--device {device}{modules}{' --fake' if fake else ''} --reference {reference}`",
+        f"--device {device}{command} --reference {reference}`",
         f"# on torch {torch.__version__}: each entry of the {reference} op lists, with the policy",
         f"# {device} showed (note = observed policy; {reference}'s). A first draft: review it.",
         "",
@@ -203,6 +233,26 @@ def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch
         pass
     source = f"discovered on torch {torch.__version__} from the {reference} op lists"
     lines.append(f"source = {_toml_value(source)}")
+    if imports:
+        lines.append(f"imports = {_toml_value(list(imports))}")
+    return lines
+
+
+def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch.dtype],
+                fake: bool, supported: list[torch.dtype] | None = None,
+                backend_modules: list[str] | tuple[str, ...] = (),
+                extra: tuple[str, ...] = (), imports: tuple[str, ...] = (),
+                unnamed: dict[str, str] | None = None) -> str:
+    """The discovered op list (TOML). Entries seen under some of the dtypes the device
+    supports only are restricted to those (``amp_dtypes``). The first line records the
+    command, backend modules and extra lists included, so that ``review`` can print
+    runnable reproductions; ``imports`` are the extra lists' libraries, ``unnamed`` the
+    library kernels no list names (:func:`library_drafts`)."""
+    every = {devices.dtype_name(d) for d in (supported or dtypes)}
+    builtin = {e.id for e in oplist.load(device).entries}
+    command = "".join([*(f" --backend-module {m}" for m in backend_modules),
+                       *(f" --oplist {p}" for p in extra), " --fake" if fake else ""])
+    lines = _header(device, reference, command, imports)
     not_run: list[str] = []
     for row in rows:
         names = [devices.dtype_name(d) for d in dtypes if devices.dtype_name(d) in row.observed]
@@ -228,15 +278,18 @@ def render_list(device: str, reference: str, rows: list[Row], dtypes: list[torch
                 tables.append(table)
         departs = [n for n in names if not row.observed[n].as_reference]
         if departs:
-            lines += review_item(row, device, reference, departs, tables)
+            lines += review_item(row, device, reference, departs, tables, builtin)
             continue
         if row.entry.reference_defect is not None:  # the contract and the defect, as listed
             tables = [defect_table(row, names)]
-        for table in tables:
+        elif row.entry.library is not None:
+            tables = [listed_table(row, names)]
+        for table in map(_overriding, tables, [builtin] * len(tables)):
             lines += ["", "[[entry]]"] + [f"{_key(k)} = {_toml_value(v)}" for k, v in table.items()]
     if not_run:
         lines += ["", f"# Not run on {device} (the call fails there even without autocast, or the",
                   "# op is missing from this torch):", *not_run]
+    lines += library_drafts(device, unnamed or {})
     return "\n".join(lines) + "\n"
 
 
