@@ -5,6 +5,7 @@ the reference."""
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -206,9 +207,12 @@ def library_drafts(device: str, unnamed: dict[str, str]) -> list[str]:
              "# calls them foreign). Each draft needs arguments (args, as in docs/oplists.md), the",
              "# category its kernel intends, and the module that defines its library under",
              "# [list] imports; then uncomment it, or run discover again with --oplist LIST.toml."]
+    loaded = sorted({n.partition("::")[0] for n in unnamed} & set(sys.modules))
+    if loaded:  # a library named as its module is (torchvision; torch_ipex is not)
+        lines.append(f"# Imported here, a module of each library's name: imports = {_toml_value(loaded)}")
     for name, schema in unnamed.items():
         library, _, op = name.partition("::")
-        lines += ["# [[entry]]", f"# id = {_toml_value(f'{library}-{op}')}",
+        lines += ["#", "# [[entry]]", f"# id = {_toml_value(f'{library}-{op}')}",
                   f"# op = {_toml_value(name)}",
                   "# category = \"\"  # torch_16, torch_fp32, torch_need_autocast_promote, ...",
                   f"# args = []  # {schema}"]
