@@ -179,8 +179,9 @@ def test_mutants_of_the_compile_tier_are_registered():
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_the_export_of_a_raising_region_passes_and_records_strict_exports_defect(strict):
-    assert export.check_export_raises(CPU, torch.bfloat16, torch.float16, strict) is strict
+def test_the_export_of_a_raising_region_passes_and_records_each_modes_defect(strict):
+    known = strict or defect_registry()[export.NON_STRICT_DEFECT].applies()  # strict: unfixed
+    assert export.check_export_raises(CPU, torch.bfloat16, torch.float16, strict) is known
 
 
 def test_an_exception_lost_in_an_exported_region_is_caught():
