@@ -9,7 +9,7 @@ import torch
 
 from amp_conformance.checks.registry import mutants
 from amp_conformance.checks.transforms import check
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.target import Target
 from amp_conformance.schema.oplist import OpListError
 
@@ -95,16 +95,32 @@ def test_functional_call_gradients_are_compared_where_they_are_not_zero(monkeypa
     """A grad transform that returns zero gradients fails: the loss is a weighted sum (the
     plain sum of a softmax has a zero gradient, which any transform would match); so does
     one 10 % off (the amp dtype's tolerance is bfloat16's precision)."""
-    real = torch.func.grad
-
-    def zeros(fn, **kwargs):
-        def run(params):
-            grads, aux = real(fn, **kwargs)(params)
-            return {k: g * wrong for k, g in grads.items()}, aux
-        return run
-    monkeypatch.setattr(torch.func, "grad", zeros)
+    _wrong_grad(monkeypatch, wrong, under_autocast_only=True)
     with pytest.raises(ConformanceFailure, match="gradient of"):
         check.check_functional_call(Target("cpu"), torch.bfloat16)
+
+
+def test_functional_call_that_departs_without_autocast_too_is_not_autocasts(monkeypatch):
+    """A transform wrong with autocast off as well (a device's functorch, not its autocast:
+    IPEX's layer_norm under torch.func.grad) is not applicable, and says so."""
+    _wrong_grad(monkeypatch, 0.0, under_autocast_only=False)
+    with pytest.raises(NotApplicable, match="departs without autocast too .*gradient of"):
+        check.check_functional_call(Target("cpu"), torch.bfloat16)
+
+
+def _wrong_grad(monkeypatch, factor: float, under_autocast_only: bool) -> None:
+    """torch.func.grad with every gradient scaled by ``factor`` (where autocast is on only,
+    or always)."""
+    real = torch.func.grad
+
+    def scaled(fn, **kwargs):
+        def run(params):
+            grads, aux = real(fn, **kwargs)(params)
+            if under_autocast_only and not torch.is_autocast_enabled("cpu"):
+                return grads, aux
+            return {k: g * factor for k, g in grads.items()}, aux
+        return run
+    monkeypatch.setattr(torch.func, "grad", scaled)
 
 
 MIXED = '''
@@ -155,3 +171,25 @@ def test_an_output_without_its_batch_dimension_is_never_indexed(monkeypatch):
     with pytest.raises(check.Limit, match=r"vmap gave an output of shape \(8, 8\), without the "
                                           "batch dimension of 2 first"):
         check.departure(check.Case(CPU, torch.bfloat16, entry), "vmap")
+
+
+@pytest.mark.parametrize("always", [True, False])
+def test_a_transform_that_departs_without_autocast_too_is_a_limit(monkeypatch, always):
+    """A vmap that gives other values with autocast off as well (a device's batching rule,
+    IPEX's frozen_batch_norm) is a limit of the entry; one that does so under autocast only
+    is the departure the check is for."""
+    real = torch.func.vmap
+
+    def scaled(fn, **kwargs):
+        def run(*args):
+            out = real(fn, **kwargs)(*args)
+            return out * 1.5 if always or torch.is_autocast_enabled("cpu") else out
+        return run
+    monkeypatch.setattr(torch.func, "vmap", scaled)
+    (entry,) = [e for e in check.load_oplist("cpu").entries if e.id == "mm"]
+    case = check.Case(CPU, torch.bfloat16, entry)
+    if always:
+        with pytest.raises(check.Limit, match="departs without autocast on the same inputs too"):
+            check.departure(case, "vmap")
+    else:
+        assert "not equal" in check.departure(case, "vmap")

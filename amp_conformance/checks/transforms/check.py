@@ -7,8 +7,9 @@ another kernel, ``bmm`` for ``mm``). ``vmap`` maps over two samples of the entry
 arguments stacked; ``grad`` and ``jacrev`` differentiate the float32 sum of its outputs
 with respect to its first floating input, the output itself kept as auxiliary. An entry
 the transform cannot run without autocast either (no batching rule, random, not
-differentiable) is a limit of the transform, counted, not a departure; an item whose
-every entry is such a limit is skipped and says why.
+differentiable), or that departs under it on float32 inputs without autocast too (the op's
+own rule or gradient under the transform), is a limit of the transform, counted, not a
+departure; an item whose every entry is such a limit is skipped and says why.
 """
 
 from __future__ import annotations
@@ -182,7 +183,25 @@ def departure(case: Case, transform: str) -> str | None:
         except (_Raised, Limit):
             raise Limit(str(exc)) from None
         return f"raised {exc} under autocast; without autocast on float32 inputs it runs"
-    tolerance = case.entry.tolerance or _TOLERANCE.get(case.amp_dtype)
+    problem = _differs(pairs, transform, case.entry.tolerance or _TOLERANCE.get(case.amp_dtype))
+    if problem is None:
+        return None
+    # the op's own departure under the transform, autocast or not, is no verdict here: the
+    # same inputs without autocast, or float32 ones where those cannot run outside it
+    for plain_case, inputs in ((case, "the same inputs"), (_float32_inputs(case), "float32 inputs")):
+        try:
+            plain = _differs(_pairs(plain_case, transform, autocast=False), transform,
+                             case.entry.tolerance or _TOLERANCE.get(plain_case.amp_dtype))
+        except (_Raised, Limit):
+            continue
+        if plain is not None:
+            raise Limit(f"it departs without autocast on {inputs} too: {plain}")
+        break
+    return problem
+
+
+def _differs(pairs: list[tuple[Any, Any]], transform: str, tolerance: Any) -> str | None:
+    """How the first (transformed, untransformed) pair that differs does, or None."""
     for k, (got, want) in enumerate(pairs):
         sample = f" (sample {k})" if transform == "vmap" else ""
         if output_dtypes(got) != output_dtypes(want):
@@ -310,11 +329,26 @@ def make_module(device: str) -> torch.nn.Module:
 
 def check_functional_call(target: Target, dtype: torch.dtype) -> None:
     """functional_call gives the module's own dtypes and values under autocast, and
-    torch.func.grad through it the gradients autograd gives, in the parameters' dtype."""
+    torch.func.grad through it the gradients autograd gives, in the parameters' dtype; where
+    it departs without autocast too, the device's transform does, not its autocast."""
+    problem = _functional_call(target, dtype)
+    if problem is None:
+        return
+    plain = _functional_call(target, None)
+    if plain is not None:
+        raise NotApplicable(f"not applicable: torch.func over a module on {target} departs "
+                            f"without autocast too ({first_line(plain)})")
+    raise problem
+
+
+def _functional_call(target: Target, dtype: torch.dtype | None) -> ConformanceFailure | None:
+    """How functional_call and torch.func.grad depart from the module and autograd under
+    autocast ``dtype`` (None: without autocast), or None."""
     module = make_module(target.device)
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to(target.device)
     params = {k: v.detach() for k, v in module.named_parameters()}
-    where = f"torch.func.functional_call of {module.__class__.__name__} on {target} under autocast {dtype}"
+    where = (f"torch.func.functional_call of {module.__class__.__name__} on {target} "
+             + (f"under autocast {dtype}" if dtype else "without autocast"))
 
     # a weighted sum: the plain sum of a softmax is 1 per row, its gradient zero
     weight = torch.linspace(-1.0, 1.0, 4).to(target.device)
@@ -323,13 +357,18 @@ def check_functional_call(target: Target, dtype: torch.dtype) -> None:
         out = torch.func.functional_call(module, p, (x,))
         return (out.float() * weight).sum(), out
 
-    with target.autocast(dtype):
+    with target.autocast(dtype) if dtype else contextlib.nullcontext():
         grads, out = torch.func.grad(loss, has_aux=True)(params)
         want = module(x)
         (want.float() * weight).sum().backward()
     tolerance = _TOLERANCE.get(dtype)  # two paths through amp-dtype ops (a lazy device fuses)
-    compare(_names(out), _names(want), "bitwise", None, f"{where}: output dtypes")
-    compare(out, want, "close", tolerance, f"{where}: output")
-    for name, p in module.named_parameters():
-        compare(grads[name].dtype, p.grad.dtype, "bitwise", None, f"{where}: gradient of {name} dtype")
-        compare(grads[name], p.grad, "close", tolerance, f"{where}: gradient of {name}")
+    try:
+        compare(_names(out), _names(want), "bitwise", None, f"{where}: output dtypes")
+        compare(out, want, "close", tolerance, f"{where}: output")
+        for name, p in module.named_parameters():
+            compare(grads[name].dtype, p.grad.dtype, "bitwise", None,
+                    f"{where}: gradient of {name} dtype")
+            compare(grads[name], p.grad, "close", tolerance, f"{where}: gradient of {name}")
+    except ConformanceFailure as exc:
+        return exc
+    return None
