@@ -121,8 +121,8 @@ REJECTED = [
     ("amp_dtypes = []", "amp_dtypes", "non-empty array of 'float16' / 'bfloat16'"),
     ('amp_dtypes = ["float16", "float32"]', "amp_dtypes[1]", "allowed: float16, bfloat16"),
     ('skip = [{check = "polciy", reason = "r"}]', "skip[0].check",
-     "unknown check 'polciy'; allowed: \"all\", or one or an array of the per-entry checks "
-     "backward, compiled_policy, legacy, numerics, outside, policy"),
+     "unknown check 'polciy'; allowed: \"all\", or one or an array of the checks that call "
+     "each entry backward, compiled_policy, legacy, numerics, outside, policy, transforms"),
     ('skip = [{check = ["outside", "legasy"], reason = "r"}]', "skip[0].check",
      "unknown check 'legasy'"),
     ('skip = [{check = [], reason = "r"}]', "skip[0].check", "names no check"),

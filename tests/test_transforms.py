@@ -193,3 +193,18 @@ def test_a_transform_that_departs_without_autocast_too_is_a_limit(monkeypatch, a
             check.departure(case, "vmap")
     else:
         assert "not equal" in check.departure(case, "vmap")
+
+
+def test_an_entry_may_switch_the_transforms_check_off_for_itself(tmp_path):
+    """``skip = [{check = "transforms", ...}]``: the check calls each entry, so an entry the
+    transform cannot take (IPEX's rpn_nms aborts the process when differentiated) names it."""
+    path = tmp_path / "skip.toml"
+    path.write_text('[list]\ndevice = "cpu"\n\n[[entry]]\nid = "mm-untransformable"\nop = "mm"\n'
+                    'category = "torch_16"\nargs = [{shape = [4, 4]}, {shape = [4, 4]}]\n'
+                    'skip = [{check = "transforms", reason = "aborts when differentiated"}]\n')
+    (entry,) = [e for e in check.load_oplist("cpu", (str(path),)).entries
+                if e.id == "mm-untransformable"]
+    case = check.Case(CPU, torch.bfloat16, entry)
+    assert case.skip_reason("transforms") is not None
+    assert "aborts when differentiated" in case.skip_reason("transforms")
+    assert case.skip_reason("policy") is None

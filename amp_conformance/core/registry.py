@@ -38,6 +38,8 @@ class Check:
       (``Case`` -> reason or None), beyond the entry's own skips and version bounds.
     - ``opt_in``: the option that turns an opt-in tier on (its items exist only then); a
       tier whose every item skips fails the run (``plugin.outcomes``).
+    - ``entry_skips``: not per-entry, but its items call each entry of the lists
+      (``transforms``): an entry's ``skip`` may name it, and it honours the skip.
     - ``family``: the package that declares it (filled in when it is found).
     """
 
@@ -48,6 +50,7 @@ class Check:
     capability: str | None = None
     not_applicable: Callable[[Any], str | None] | None = None
     opt_in: str | None = None
+    entry_skips: bool = False
     family: str = ""
 
 
@@ -87,6 +90,12 @@ def names(per_entry: bool | None = None) -> tuple[str, ...]:
     """The known check names, by family (only per-entry ones, or only others)."""
     return tuple(c.name for c in _known().values()
                  if per_entry is None or c.per_entry == per_entry)
+
+
+def skippable() -> tuple[str, ...]:
+    """The checks an op-list entry's ``skip`` may name: the per-entry ones, and those whose
+    items call each entry (``entry_skips``)."""
+    return tuple(c.name for c in _known().values() if c.per_entry or c.entry_skips)
 
 
 #: docs/checks.md's markers (the table is printed by ``python -m amp_conformance.checks.registry``)

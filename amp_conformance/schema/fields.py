@@ -152,13 +152,14 @@ class Skip:
 #: The keys of one ``skip`` table; the ones between ``check`` and ``reason`` are conditions.
 SKIP_FIELDS: tuple[Field, ...] = (
     Field("check", "string or array", REQUIRED, v.checks,
-          "The per-entry checks the skip switches off: the name of one (`policy`, `numerics`, "
-          "`outside`, `legacy`, or another per-entry check of `amp_conformance.checks.registry`), "
-          "an array of names, or `\"all\"` for every per-entry check. Required, so that a skip "
+          "The checks the skip switches off for this entry: the name of one (`policy`, "
+          "`numerics`, `outside`, `legacy`, another per-entry check of "
+          "`amp_conformance.checks.registry`, or `transforms`, whose items call each entry), "
+          "an array of names, or `\"all\"` for every one of them. Required, so that a skip "
           "meant for one check never silently switches off the others.", attr="checks",
           missing=lambda: 'name the check(s) this skip switches off: check = "<check>", an '
-                          'array of names, or check = "all" (per-entry checks: '
-                          f'{", ".join(registry.names(per_entry=True))})'),
+                          'array of names, or check = "all" (checks that call each entry: '
+                          f'{", ".join(registry.skippable())})'),
     Field("amp_dtype", "string", None, None,
           "The skip holds under this autocast dtype only.", choices=AMP_DTYPES, default_doc="any"),
     Field("numerics", "string", None, None,

@@ -170,10 +170,10 @@ def tolerance(value: Any) -> dict[str, float]:
 
 
 def checks(value: Any) -> tuple[str, ...] | None:
-    """The per-entry checks a skip concerns (None: ``"all"``), so none is skipped by accident."""
-    known = registry.names(per_entry=True)
-    allowed = (f'allowed: "{ALL_CHECKS}", or one or an array of the per-entry checks '
-               f'{", ".join(known)}')
+    """The checks a skip concerns (None: ``"all"``), so none is skipped by accident."""
+    known = registry.skippable()
+    allowed = (f'allowed: "{ALL_CHECKS}", or one or an array of the checks that call each '
+               f'entry {", ".join(known)}')
     if value == ALL_CHECKS:
         return None
     names = value if isinstance(value, list) else [value]
