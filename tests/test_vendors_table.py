@@ -52,7 +52,7 @@ def test_a_run_becomes_a_row_its_departures_and_its_failures(tmp_path):
     assert "**1** × RuntimeError: boom N" in text
     assert backend["pytorch_defects"] == [{"reason": "known PyTorch defect: dynamo misses it",
                                            "count": 1, "items": ["s.py::test_d[xla]"]}]
-    assert "PyTorch's own known defects met on this torch (1 items" in text
+    assert "PyTorch's own known defects met on this torch (1 item," in text
 
 
 def test_the_command_line_writes_the_summary_and_the_document(tmp_path):
@@ -80,3 +80,14 @@ def test_docs_vendors_md_is_what_the_committed_summary_makes():
 
 def test_the_readme_points_to_the_vendors_table():
     assert "docs/vendors.md" in (ROOT / "README.md").read_text()
+
+
+def test_one_backends_session_keeps_the_other_backends_rows(tmp_path):
+    """``nox -s "vendor(ipex)"`` alone leaves only IPEX's reports: the committed summary's
+    other rows stay, IPEX's is replaced."""
+    committed = {"backends": [{"session": "ipex", "counts": {"passed": 1}},
+                              {"session": "xla", "counts": {"passed": 2}}]}
+    fresh = {"backends": [{"session": "ipex", "counts": {"passed": 3}}]}
+    merged = vendors_table.merge(committed, fresh)
+    assert [(b["session"], b["counts"]["passed"]) for b in merged["backends"]] == \
+        [("ipex", 3), ("xla", 2)]

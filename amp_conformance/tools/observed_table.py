@@ -30,6 +30,9 @@ class Table:
     markdown: Callable[[dict], str]
     begin: str
     end: str
+    #: (the committed summary, the one just made) -> the one to write: what keeps the rows of
+    #: runs the reports directory does not hold (one backend's session run alone)
+    merge: Callable[[dict, dict], dict] | None = None
 
     def write(self, doc: Path, summary: dict) -> bool:
         return generated.write(doc, self.begin, self.end, self.markdown(summary))
@@ -49,6 +52,8 @@ class Table:
                       file=sys.stderr)
                 return 2
             summary = self.summarize(args.reports)
+            if args.summary and self.merge is not None and args.summary.exists():
+                summary = self.merge(read_json(args.summary), summary)
             if args.summary:
                 args.summary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         elif args.summary:

@@ -86,6 +86,14 @@ def summarize(root: Path) -> dict:
     return {"backends": backends}
 
 
+def merge(committed: dict, fresh: dict) -> dict:
+    """The fresh summary's backends, and the committed ones no fresh run replaces (a
+    ``nox -s "vendor(ipex)"`` alone keeps XLA's row), in session order."""
+    rows = {b["session"]: b for b in committed.get("backends") or []}
+    rows.update({b["session"]: b for b in fresh.get("backends") or []})
+    return {"backends": [rows[k] for k in sorted(rows)]}
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -104,6 +112,10 @@ def table(summary: dict) -> list[str]:
     return lines
 
 
+def _items(n: int) -> str:
+    return f"{n} item" if n == 1 else f"{n} items"
+
+
 def details(backend: dict) -> list[str]:
     """The run's command, then each departure with its evidence, then any failure."""
     lines = [f"### {backend.get('backend')} {backend.get('version')}", "",
@@ -111,7 +123,7 @@ def details(backend: dict) -> list[str]:
                                              if backend.get("wall_s") else ""), ""]
     departures = backend.get("departures") or []
     if departures:
-        lines += [f"Departures ({sum(d['count'] for d in departures)} items, declared in "
+        lines += [f"Departures ({_items(sum(d['count'] for d in departures))}, declared in "
                   "xfail.txt; each reason names its reproduction):", ""]
         lines += [f"- **{d['count']}** × {_cell(d['reason'])} — `{d['items'][0]}`"
                   + (f" and {d['count'] - 1} more" if d["count"] > 1 else "")
@@ -119,8 +131,9 @@ def details(backend: dict) -> list[str]:
         lines.append("")
     known = backend.get("pytorch_defects") or []
     if known:
-        lines += [f"PyTorch's own known defects met on this torch ({sum(d['count'] for d in known)} "
-                  "items, recorded in the suite, expected on every device):", ""]
+        lines += [f"PyTorch's own known defects met on this torch "
+                  f"({_items(sum(d['count'] for d in known))}, recorded in the suite, "
+                  "expected on every device):", ""]
         lines += [f"- **{d['count']}** × {_cell(d['reason'])[:160]}"
                   + ("…" if len(d["reason"]) > 160 else "") + f" — `{d['items'][0]}`"
                   for d in known]
@@ -144,7 +157,7 @@ def markdown(summary: dict) -> str:
 TABLE = Table(prog="python -m amp_conformance.tools.vendors_table",
               description=__doc__.splitlines()[0], reports="reports/vendors",
               session="nox -t vendors", marker="*.meta.json", summarize=summarize,
-              markdown=markdown, begin=BEGIN, end=END)
+              markdown=markdown, begin=BEGIN, end=END, merge=merge)
 write = TABLE.write
 main = TABLE.main
 
