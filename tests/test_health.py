@@ -233,6 +233,28 @@ def test_the_probe_decides_and_words_decide_only_without_one():
     assert reason == "the device health probe raised RuntimeError: gone; the item raised ValueError: x"
 
 
+def test_a_probe_that_passes_once_the_failed_item_lets_go_is_no_loss():
+    """A lazy device (XLA) re-runs the pending graph of every live tensor at the next read:
+    while the failed item's frames hold the tensors of the graph that failed, the probe
+    fails with the item's error; once they are released it passes. A dead device fails
+    both tries."""
+    held = {"graph": object()}
+    released = []
+
+    def lazy() -> None:
+        if held:
+            raise RuntimeError("Executable expected parameter 3 of size 32")
+
+    def release() -> None:
+        released.append(True)
+        held.clear()
+    assert health.Health(lazy, ()).loss("RuntimeError: Executable expected", release) is None
+    assert released == [True]
+    reason = health.Health(_gone, ()).loss("ValueError: x", lambda: released.append(True))
+    assert reason.startswith("the device health probe raised RuntimeError: gone")
+    assert released == [True, True]
+
+
 def _result(check: str, outcome: str, category: str | None = None) -> dict:
     return {"nodeid": f"t.py::test_{check}[{outcome}]", "check": check, "category": category,
             "outcome": outcome, "message": None, "amp_dtype": None, "entry": None, "op": None,

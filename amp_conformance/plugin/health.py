@@ -23,9 +23,11 @@ worker "crashed" in once more (``--dist loadscope``, ``loadfile``, ``loadgroup``
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,17 +63,25 @@ class Health:
     probe: Callable[[], None] | None
     patterns: tuple[re.Pattern[str], ...]
 
-    def loss(self, failure: str | None) -> str | None:
+    def loss(self, failure: str | None, release: Callable[[], None] = lambda: None
+             ) -> str | None:
         """Why the device counts as lost after an item that failed with ``failure``
-        (``TypeName: message``, or None), or None while it is usable."""
+        (``TypeName: message``, or None), or None while it is usable. A probe that fails is
+        tried again after ``release`` (the failed item's frames let go): a lazy device
+        (XLA) runs the pending graph of every live tensor at the next read, so the tensors
+        of a graph that failed, while the failure holds them, fail the probe too."""
         if self.probe is None:
             said = bool(failure) and any(p.search(failure) for p in self.patterns)
             return f"the item raised {headline(failure)[:300]}" if said else None
         try:
             self.probe()
-        except Exception as exc:  # noqa: BLE001 - whatever the probe raises, the device is gone
-            raised = f"; the item raised {headline(failure)[:300]}" if failure else ""
-            return f"the device health probe raised {describe_error(exc, 300)}{raised}"
+        except Exception:  # noqa: BLE001 - judged on the second try
+            release()
+            try:
+                self.probe()
+            except Exception as exc:  # noqa: BLE001 - whatever it raises, the device is gone
+                raised = f"; the item raised {headline(failure)[:300]}" if failure else ""
+                return f"the device health probe raised {describe_error(exc, 300)}{raised}"
         return None
 
 
@@ -268,6 +278,15 @@ def _failure(call: pytest.CallInfo) -> str | None:
     return None if excinfo is None else f"{excinfo.typename}: {excinfo.value}"
 
 
+def _release(call: pytest.CallInfo) -> Callable[[], None]:
+    """What lets go of the tensors a failed item's frames hold (its report is made)."""
+    def release() -> None:
+        if call.excinfo is not None:
+            traceback.clear_frames(call.excinfo.tb)
+        gc.collect()
+    return release
+
+
 class Watch:
     """Registered where the items run: checks the device after each conformance item."""
 
@@ -294,7 +313,7 @@ class Watch:
         report = yield
         ran = report.when == "call" or (report.when == "setup" and report.failed)
         if ran and is_conformance(item):
-            reason = self.health.loss(_failure(call))
+            reason = self.health.loss(_failure(call), _release(call))
             if reason is not None:
                 self._lost(item, report, reason)
         return report
