@@ -33,3 +33,17 @@ def test_a_deprecation_is_the_references_own_only_where_a_user_calls_it(monkeypa
     other = _message("torch.lu is deprecated", UserWarning, VMAP_FILE)  # not autocast's
     found = warned.departures(None, [users, torchs, unknown, other])
     assert found == [torchs, unknown]
+
+
+def test_a_warning_from_the_references_own_line_of_torch_is_the_references(monkeypatch):
+    """``torch.autocast(device, dtype=<one it lacks>)`` warns from autocast's own line and
+    turns the region off: the reference's behaviour (PyTorch/XLA's regions of float16 on
+    XLA:CPU), read by making the call, not typed here; the same words from another line of
+    torch are not."""
+    monkeypatch.setattr(warned, "settings", lambda config: type("S", (), {"device": "cpu"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.autocast("cpu", dtype=torch.float64)
+    (own,) = [w for w in caught if warned.machinery(w)]
+    elsewhere = warnings.WarningMessage(own.message, own.category, TORCH_FILE, 1)
+    assert warned.departures(None, [own, elsewhere]) == [elsewhere]

@@ -8,9 +8,11 @@ autocast machinery (raised in ``torch.amp``, a ``torch.<device>.amp`` module or
 a passing item, named with its category and first line, unless it is one the reference
 gives for the calls it deprecates or refuses (read once per process by making those calls:
 ``torch.<device>.amp.autocast``, ``GradScaler``, ``custom_fwd``/``custom_bwd``,
-``torch.autocast`` of a device this machine lacks; never typed here) and it points at the
-caller's line: the same deprecation raised from inside torch is the machinery itself
-calling what it deprecates (checkpoint's recompute entering a legacy autocast). Every recorded
+``torch.autocast`` of a device this machine lacks or of a dtype no device's autocast has;
+never typed here) and it points at the caller's line, or at the line of torch the
+reference itself warned from: the same deprecation raised from elsewhere inside torch is
+the machinery itself calling what it deprecates (checkpoint's recompute entering a legacy
+autocast). Every recorded
 warning is warned again after the call, so pytest's own summary still lists it. The
 wrapper tier is left out: its calls are a library's code, whose own warnings are its own.
 """
@@ -34,8 +36,9 @@ _TORCH = os.path.dirname(torch.__file__)
 _MACHINERY_FILES = re.compile(r"[/\\](amp[/\\]|utils[/\\]checkpoint\.py$)")
 _MACHINERY_WORDS = re.compile(r"\b(autocast|GradScaler|custom_fwd|custom_bwd)\b")
 _DIGITS = re.compile(r"\d+")
-#: (category, message with its numbers masked) of the reference's own warnings
-_REFERENCE: dict[str, frozenset[tuple[type, str]]] = {}
+#: (category, message with its numbers masked) of the reference's own warnings, each with
+#: the places inside torch it gave them from (a warning of torch's own line, not a caller's)
+_REFERENCE: dict[str, dict[tuple[type, str], frozenset[tuple[str, int]]]] = {}
 
 
 def _key(w: warnings.WarningMessage) -> tuple[type, str]:
@@ -71,13 +74,15 @@ def _reference_calls(device: str) -> Iterator[Any]:
                 yield lambda amp=amp, entry=entry: getattr(amp, entry)(lambda *a: a)
     for name in ("cuda", "xpu", "mps", device):
         yield lambda name=name: torch.autocast(name)
+    yield lambda: torch.autocast(device, dtype=torch.float64)  # no device's autocast dtype
     yield lambda: torch.amp.GradScaler(device)
 
 
-def reference(device: str) -> frozenset[tuple[type, str]]:
-    """What the reference warns for those calls (read once per process)."""
+def reference(device: str) -> dict[tuple[type, str], frozenset[tuple[str, int]]]:
+    """What the reference warns for those calls (read once per process), each with the
+    places inside torch it warned from."""
     if device not in _REFERENCE:
-        seen: list[warnings.WarningMessage] = []
+        seen: dict[tuple[type, str], set[tuple[str, int]]] = {}
         for call in _reference_calls(device):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -85,9 +90,16 @@ def reference(device: str) -> frozenset[tuple[type, str]]:
                     call()
                 except Exception:  # noqa: BLE001 - a call this torch refuses warns nothing
                     pass
-            seen += caught
-        _REFERENCE[device] = frozenset(map(_key, seen))
+            for w in caught:
+                places = seen.setdefault(_key(w), set())
+                if _in_torch(w):
+                    places.add(_place(w))
+        _REFERENCE[device] = {key: frozenset(places) for key, places in seen.items()}
     return _REFERENCE[device]
+
+
+def _place(w: warnings.WarningMessage) -> tuple[str, int]:
+    return os.path.abspath(w.filename), w.lineno
 
 
 #: checks whose calls are a library's code, whose own warnings are the library's to give
@@ -122,6 +134,8 @@ def pytest_runtest_call(item: pytest.Item):  # noqa: ANN201
 def departures(config: pytest.Config, caught: Iterable[warnings.WarningMessage]
                ) -> list[warnings.WarningMessage]:
     """The machinery's warnings among ``caught`` that the reference does not give, or gives
-    only where a user calls what it deprecates (not torch itself)."""
+    only where a user calls what it deprecates (not torch itself), or from another line of
+    torch than its own (an autocast of a dtype the device lacks warns from its own line)."""
     allowed = reference(settings(config).device)
-    return [w for w in caught if machinery(w) and (_key(w) not in allowed or _in_torch(w))]
+    return [w for w in caught if machinery(w) and (
+        _key(w) not in allowed or _in_torch(w) and _place(w) not in allowed[_key(w)])]
