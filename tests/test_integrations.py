@@ -72,7 +72,8 @@ def test_each_vendor_integration_names_its_files_and_pins_its_requirements(noxfi
         assert all(isinstance(v, str) for v in spec["env"].values())
     assert {k: specs["xla"][k] for k in ("backend", "module", "device", "requirements", "env")} == {
         "backend": "PyTorch/XLA", "module": "torch_xla", "device": "xla",
-        "requirements": ["torch==2.9.0", "torch-xla==2.9.0"], "env": {"PJRT_DEVICE": "CPU"}}
+        "requirements": ["torch==2.9.0", "torch-xla==2.9.0"],
+        "env": {"PJRT_DEVICE": "CPU", "XLA_COMPILATION_CACHE_SIZE": "256"}}
 
 
 def test_a_new_folder_is_a_new_integration_and_a_bad_one_names_its_file(noxfile, tmp_path):
@@ -189,7 +190,7 @@ def test_a_vendor_session_runs_from_its_folder(noxfile, monkeypatch, tmp_path):
          f"{reports}/xla.atlas.json")]
     meta = json.loads(runs[4][-3])
     assert meta["command"] == noxfile.vendor_command("xla") == (
-        "PJRT_DEVICE=CPU python -m amp_conformance run --report R.json -- --pyargs "
-        "amp_conformance --backend-module torch_xla --device xla --oplist=xla.toml "
+        "PJRT_DEVICE=CPU XLA_COMPILATION_CACHE_SIZE=256 python -m amp_conformance run --report "
+        "R.json -- --pyargs amp_conformance --backend-module torch_xla --device xla --oplist=xla.toml "
         "--capabilities=capabilities.toml --xfail-file=xfail.txt")
     assert meta["coverage"] == "coverage xla: 1/1 covered"
