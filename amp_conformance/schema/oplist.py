@@ -135,6 +135,11 @@ class OpList:
     #: What the derivation removed from the base list, with reasons.
     drops: tuple[Drop, ...] = ()
 
+    @property
+    def libraries(self) -> frozenset[str]:
+        """The operator libraries its entries name (``op = "<library>::<op>"``)."""
+        return frozenset(e.library for e in self.entries if e.library is not None)
+
 
 def module_for(namespace: str) -> Any:
     obj: Any = torch

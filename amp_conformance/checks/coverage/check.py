@@ -254,7 +254,7 @@ def _tally(report: Report) -> None:
             report.unchecked.pop(exclusion.overload, None)
     unplaced = [n for n in report.policy if n not in report.covered
                 and n not in report.excluded and n not in report.unchecked]
-    named = {e.library for e in report.lists.entries if e.library is not None}
+    named = report.lists.libraries
     for name in unplaced:
         library = name.partition("::")[0]
         if library != "aten" and library not in named:

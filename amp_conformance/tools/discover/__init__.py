@@ -62,13 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
 
 
-def discover(device: str, reference: str | oplist.OpList, target: Target,
+def discover(device: str, lists: oplist.OpList, target: Target,
              dtypes: list[torch.dtype]) -> list[Row]:
-    """Each entry of the reference device's lists (or of ``reference`` itself, a loaded
-    list) observed on ``device`` under each of ``dtypes``."""
+    """Each entry of the reference device's ``lists`` observed on ``device`` under each of
+    ``dtypes``."""
     # FakeTensorMode logs every meta kernel that raises; here raising is an observation
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
-    lists = oplist.load(reference) if isinstance(reference, str) else reference
     if not lists.entries:
         raise oplist.OpListError(lists.device, None, None, f"no op list describes {lists.device!r}")
     rows = []
@@ -89,7 +88,7 @@ def discover(device: str, reference: str | oplist.OpList, target: Target,
 def unnamed_libraries(device: str, lists: oplist.OpList) -> dict[str, str]:
     """The device's Autocast kernels of operator libraries no entry of ``lists`` names,
     one per op (``{"lib::op": its schema, or why it cannot be called}``)."""
-    named = {e.library for e in lists.entries if e.library is not None}
+    named = lists.libraries
     found: dict[str, str] = {}
     for name in registered_overloads(device):
         library, _, rest = name.partition("::")
