@@ -5,6 +5,7 @@ as found."""
 
 import contextlib
 import dataclasses
+import re
 import warnings
 
 import pytest
@@ -15,14 +16,17 @@ from amp_conformance.checks.wrappers import (
     failure,
     island,
     planted,
+    planted_islands,
     runner,
     validate,
 )
 from amp_conformance.checks.wrappers.cases import cases, not_applicable
 from amp_conformance.checks.wrappers.declare import Float32Island, float32_body, tensor
+from amp_conformance.checks.wrappers.fake_device import on_device
 from amp_conformance.checks.wrappers.other_devices import check_devices
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from amp_conformance.core.state import AutocastState
+from amp_conformance.core.target import Target
 
 SOUND = planted.REFERENCE[2]
 CHECKS = {"float32": island.check_float32, "restored": island.check_restored,
@@ -347,3 +351,85 @@ def test_on_a_fake_cuda_device_a_region_factory_is_held_to_cudas_state_alone():
     broken = dataclasses.replace(case, wrapper=dataclasses.replace(sound, make=reads_cpu))
     with pytest.raises(ConformanceFailure, match="it reads cpu's state"):
         check_devices(broken)
+
+
+# the island shapes library code has (issue 57): a part after the core in the caller's
+# region, work before the core in the input's dtype, inputs declared per argument
+SHAPES = planted_islands.PLANTED
+SHAPE_BUGS = [("island_region", planted_islands.cholesky_in_region, "float32",
+               "before its float32 core ended"),
+              ("island_region", planted_islands.ending_in_bfloat16, "nesting",
+               "after its float32 core"),
+              ("island_before", planted_islands.projected_in_region, "float32",
+               "before its float32 core"),
+              ("island_arguments", planted_islands.scale_cast_down, "float32",
+               "aten.mul.Tensor computed in")]
+
+
+def _checked(decl, check, device, fake, dtype):
+    with on_device(Target(device, fake)):
+        CHECKS[check](_case(decl, check, device, fake, dtype))
+
+
+@pytest.mark.parametrize("device,fake", [("cpu", False), ("cuda", True)])
+@pytest.mark.parametrize("decl", SHAPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_each_island_shape_passes_when_right(decl, device, fake, dtype):
+    before = AutocastState.capture(device)
+    for check in CHECKS:
+        if fake and check in ("grad", "numerics"):
+            continue
+        _checked(decl, check, device, fake, dtype)
+    assert before.diff(AutocastState.capture(device)) == []
+
+
+@pytest.mark.parametrize("device,fake", [("cpu", False), ("cuda", True)])
+@pytest.mark.parametrize("slot,bug,check,text", SHAPE_BUGS, ids=[b[1].__name__ for b in SHAPE_BUGS])
+def test_each_island_shape_fails_when_a_planted_bug_breaks_it(slot, bug, check, text, device,
+                                                              fake):
+    decl = next(d for d in SHAPES if d.name == f"planted.{slot}")
+    undo = planted_islands.plant(**{slot: bug})
+    try:
+        with pytest.raises(ConformanceFailure, match=re.escape(text)):
+            _checked(decl, check, device, fake, torch.float16)
+    finally:
+        undo()
+
+
+def test_an_argument_the_library_makes_in_float32_is_declared_not_sent_lowered():
+    """Without ``arguments`` the float32 scale is sent in the region's dtype, as no caller
+    of the library sends it: a false red; declared, the island passes."""
+    decl = next(d for d in SHAPES if d.name == "planted.island_arguments")
+    with pytest.raises(ConformanceFailure, match="aten.mul.Tensor computed in bfloat16"):
+        island.check_float32(_case(dataclasses.replace(decl, arguments=()), "float32"))
+    built_by_hand = dataclasses.replace(decl, arguments=(None, lambda x, dtype: x.float()))
+    for check in CHECKS:
+        CHECKS[check](_case(built_by_hand, check))
+
+
+_WEIGHT = torch.ones(8, requires_grad=True)
+
+
+def _held(device):
+    scale = _WEIGHT * 2  # autograd history, made outside torch.no_grad()
+    return lambda x: x.float() * scale
+
+
+@pytest.mark.parametrize("field,how", [
+    ("build", dict(build=_held)),
+    ("inputs", dict(build=lambda d: lambda x: x.float(),
+                    inputs=lambda d: ((_WEIGHT * 2).expand(4, 8),)))])
+def test_autograd_history_in_a_declaration_is_a_declaration_error(field, how):
+    decl = Float32Island("test.history", devices=("cpu",), **how)
+    with pytest.raises(DeclarationError, match="autograd history") as info:
+        island.check_grad(_case(decl, "grad"))
+    assert info.value.field == field and "torch.no_grad()" in str(info.value)
+
+
+@pytest.mark.parametrize("field,value", [("before", "output"), ("before", "float32"),
+                                         ("arguments", (3,)), ("arguments", [None]),
+                                         ("ending", "output"), ("returns", "island")])
+def test_a_bad_shape_field_is_one_error_naming_it(field, value):
+    with pytest.raises(DeclarationError) as info:
+        validate(dataclasses.replace(MODULE, **{field: value}))
+    assert info.value.field == field

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 # declaration module is named here as its nox session names it
 sys.path[:0] = [str(HERE), *(str(p.parent) for p in sorted(HERE.glob("*/integration.toml")))]
 
-from amp_conformance.checks.wrappers import island  # noqa: E402
+from amp_conformance.checks.wrappers import island, island_inputs  # noqa: E402
 from amp_conformance.checks.wrappers.declare import (  # noqa: E402
     ERROR,
     FALLBACK,
@@ -236,7 +236,8 @@ def island_rows(w: Float32Island, device: str, amp_dtype: torch.dtype) -> list[d
     if device not in w.devices:
         row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
         return rows
-    xs = island.sent(w.inputs(device), amp_dtype)
+    made = tuple(w.inputs(device))
+    xs = island_inputs.by_hand(w.arguments or (None,) * len(made), made, amp_dtype)
     with torch.autocast(device, dtype=amp_dtype):
         trace, _ = island.run_traced(w.island(device), xs)
     lower = trace.lower()

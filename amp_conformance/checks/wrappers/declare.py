@@ -40,9 +40,13 @@ import torch
 #: what a region factory does for a precision name that means float32, or one it does not know
 NOOP, ERROR, FALLBACK = "noop", "error", "fallback"
 BEHAVIOURS = (NOOP, ERROR, FALLBACK)
-#: the dtype a float32 island returns: float32, or its first floating input's dtype
-FLOAT32, INPUT = "float32", "input"
-RETURNS = (FLOAT32, INPUT)
+#: the dtype a float32 island returns, and what its parts before and after its float32 core
+#: compute in: float32, its first floating input's dtype, or the caller's region's (the
+#: innermost enabled region's dtype on the device; float32 where none is on)
+FLOAT32, INPUT, REGION = "float32", "input", "region"
+RETURNS = (FLOAT32, INPUT, REGION)
+#: what a float32 island's part before or after its core may compute in
+PARTS = (INPUT, REGION)
 #: what a predicate is called with: a tensor, its ``torch.device``, or its device type
 TENSOR, DEVICE, DEVICE_TYPE = "tensor", "device", "device_type"
 TAKES = (TENSOR, DEVICE, DEVICE_TYPE)
@@ -169,18 +173,31 @@ class Float32Island:
     """A wrapper that leaves autocast for a float32 computation. Declare ``build`` for a
     function or module (``build(device)`` -> the callable, e.g. ``lambda d: Layer(8).to(d)``)
     or ``context`` for a context manager (``context(device)`` -> a fresh one, run around
-    :func:`float32_body`, which casts its inputs itself)."""
+    :func:`float32_body`, which casts its inputs itself).
+
+    The checks call the island many times (in regions of each amp dtype, nested, outside any
+    region, once per other device's state), differentiate it and run it while an op inside
+    raises: ``build`` and ``inputs`` must give tensors without autograd history (made under
+    ``torch.no_grad()``, or leaves), or the second backward fails; a declaration holding one
+    is refused with a :class:`DeclarationError` naming ``build`` or ``inputs``."""
 
     name: str
     devices: tuple[str, ...]
     build: Callable[[str], Callable[..., Any]] | None = None
     context: Callable[[str], AbstractContextManager] | None = None
     #: ``inputs(device)`` -> the float32 tensors the island takes (its floating ones are
-    #: also sent in each amp dtype, as a region's activations arrive); integer ones pass as
-    #: they are
+    #: also sent in each amp dtype, as a region's activations arrive, unless ``arguments``
+    #: says otherwise); integer ones pass as they are
     inputs: Callable[[str], tuple[torch.Tensor, ...]] = _one_input
-    #: the output's dtype: ``float32``, or ``input`` (cast back to its first floating input's);
-    #: a tuple gives one per floating output tensor, in order
+    #: one rule per input of ``inputs``, how the checks send it: ``None`` (as a region's
+    #: activation: in the region's amp dtype, and in float32), a dtype (always in that dtype:
+    #: an input the library only ever makes so, e.g. the exp of a float32 parameter), or
+    #: ``make(x, dtype)`` (the author's builder: the input as the library makes it from the
+    #: float32 ``x`` when its activations are in ``dtype``). Empty: every input ``None``
+    arguments: tuple[Any, ...] = ()
+    #: the output's dtype: ``float32``, ``input`` (cast back to its first floating input's)
+    #: or ``region`` (the caller's region's dtype, float32 where none is on); a tuple gives
+    #: one per floating output tensor, in order
     returns: str | tuple[str, ...] = FLOAT32
     #: a hand-written float32 computation, ``reference(*inputs)`` on float32 inputs with
     #: autocast off (None: the island itself, called outside any region)
@@ -188,10 +205,17 @@ class Float32Island:
     #: the amp dtypes whose regions it leaves (a helper that leaves only bfloat16 regions:
     #: ``(torch.bfloat16,)``); empty: every amp dtype. The others' items are skipped
     amp_dtypes: tuple[torch.dtype, ...] = ()
-    #: what it computes in after its float32 core: ``None`` (nothing: every op computes in
-    #: float32, its result cast at most), or ``input`` (once a result of the core is cast to
-    #: its first floating input's dtype, it goes on in that dtype, e.g. a loss's ``1 - ssim``);
-    #: a tuple gives one per floating output tensor, in order
+    #: what it computes in before its float32 core (the first op computing in float32):
+    #: ``None`` (nothing before it: every op in float32), ``input`` (its first floating
+    #: input's dtype, e.g. a norm taken before the cast) or ``region`` (the caller's region's
+    #: dtype, e.g. a projection the caller's autocast runs)
+    before: str | None = None
+    #: what it computes in after its float32 core (from the first cast of a value the core
+    #: computed to another dtype): ``None`` (nothing: every op computes in float32, its
+    #: result cast at most), ``input`` (its first floating input's dtype, e.g. a loss's
+    #: ``1 - ssim``) or ``region`` (the caller's region's dtype: the core's result goes on
+    #: in the caller's autocast, e.g. an einsum after a float32 Cholesky); a tuple gives one
+    #: per floating output tensor, in order
     ending: str | tuple[str, ...] | None = None
     library: str = ""
     version: str = ""
@@ -383,6 +407,13 @@ def _island(wrapper: Float32Island) -> None:
     _require(wrapper.ending is None or (bool(ending) and all(e in RETURNS for e in ending)),
              name, "ending", f"expected None, one of {', '.join(RETURNS)} or a tuple of "
              f"them, got {wrapper.ending!r}")
+    _require(wrapper.before is None or wrapper.before in PARTS, name, "before",
+             f"expected None or one of {', '.join(PARTS)}, got {wrapper.before!r}")
+    _require(isinstance(wrapper.arguments, tuple) and all(
+        a is None or callable(a) or a in (torch.float32, torch.float16, torch.bfloat16,
+                                          torch.float64) for a in wrapper.arguments),
+        name, "arguments", "expected a tuple with one rule per input: None (sent as a "
+        "region's activation), a floating dtype (always sent so) or make(x, dtype)")
 
 
 def _new_shape(wrapper: RegionSwap | Predicate | Scaler) -> None:

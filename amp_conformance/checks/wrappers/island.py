@@ -18,12 +18,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers.cases import WrapperCase
-from amp_conformance.checks.wrappers.declare import INPUT, float32_body
+from amp_conformance.checks.wrappers.declare import INPUT, REGION, float32_body
 from amp_conformance.checks.wrappers.fake_device import on_device
+from amp_conformance.checks.wrappers.island_inputs import (
+    activations,
+    built,
+    by_hand,
+    first_floating,
+    floating,
+    second_backward,
+    target,
+    widened,
+)
+from amp_conformance.checks.wrappers.island_trace import Raised, Trace, run_traced
 from amp_conformance.checks.wrappers.region import kept, other_dtype
 from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
@@ -31,107 +41,43 @@ from amp_conformance.core.errors import NotApplicable, describe_error
 from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 
-aten = torch.ops.aten
-#: ops that change no value's precision: a cast, a copy, a view
-_CASTS = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.detach.default,
-          aten.lift_fresh.default, aten.alias.default, aten._unsafe_view.default}
+__all__ = ["Raised", "Trace", "activations", "run_traced", "target"]
+#: the tolerances of a comparison where the island declares a part in a lower precision
+_AMP_TOLERANCE = {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-3},
+                  torch.float16: {"rtol": 1e-3, "atol": 1e-4}}
 
 
-class Raised(Exception):
-    """Raised by the trace at the island's first computing op."""
+def _dtypes(rule: Any, xs: tuple[Any, ...], region: torch.dtype | None) -> torch.dtype:
+    if rule == INPUT:
+        return first_floating(xs)
+    if rule == REGION:
+        return region or torch.float32
+    return torch.float32
 
 
-class Trace(TorchDispatchMode):
-    """The ops run below autocast, each with the dtypes of its floating outputs, and where
-    the float32 core ended (the first cast of a value it computed in float32 to another
-    floating dtype); with ``raise_first``, raises :class:`Raised` at the first op that
-    computes."""
-
-    def __init__(self, raise_first: bool = False):
-        super().__init__()
-        self.ops: list[tuple[str, tuple[torch.dtype, ...]]] = []
-        self.raise_first = raise_first
-        self.core_end: int | None = None
-        self._computed: dict[int, torch.Tensor] = {}  # kept alive: ids stay unique
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        computes = func not in _CASTS and not getattr(func, "is_view", False)
-        if computes and self.raise_first:
-            raise Raised(f"raised inside the island, at {func}")
-        out = func(*args, **(kwargs or {}))
-        floating = [t for t in tensors_in(out) if t.is_floating_point()]
-        if computes:
-            self.ops.append((str(func), tuple(t.dtype for t in floating)))
-            self._computed.update((id(t), t) for t in floating)
-            return out
-        computed = [a for a in tensors_in(args) if id(a) in self._computed]
-        if self.core_end is None and any(a.dtype == torch.float32 for a in computed) \
-                and any(t.dtype != torch.float32 for t in floating):
-            self.core_end = len(self.ops)
-        if computed:  # a cast or view of a computed value is one too
-            self._computed.update((id(t), t) for t in floating)
-        return out
-
-    def lower(self, dtype: torch.dtype = torch.float32,
-              ending: tuple[torch.dtype, ...] = ()) -> str | None:
-        """The first op that computed in another dtype than ``dtype`` (after the core's
-        end, than ``dtype`` or one of ``ending``), described."""
-        for i, (name, dtypes) in enumerate(self.ops):
-            allowed = {dtype, *ending} if ending and self.core_end is not None \
-                and i >= self.core_end else {dtype}
-            if any(d not in allowed for d in dtypes):
-                return (f"{name} computed in {', '.join(devices.dtype_name(d) for d in dtypes)}"
-                        f", not {' or '.join(devices.dtype_name(d) for d in sorted(allowed, key=str))}"
-                        + (" (before its float32 core ended)" if ending and allowed == {dtype}
-                           else ""))
-        return None
+def parts(case: WrapperCase, xs: tuple[Any, ...], region: torch.dtype | None
+          ) -> dict[str, tuple[torch.dtype, ...]]:
+    """The dtypes its declared parts before and after the core may compute in, for inputs
+    ``xs`` in a region of dtype ``region`` (None: no enabled region)."""
+    w = case.wrapper
+    each = w.ending if isinstance(w.ending, tuple) else (w.ending,)
+    return {"before": (_dtypes(w.before, xs, region),) if w.before else (),
+            "ending": tuple({_dtypes(e, xs, region) for e in each if e is not None})}
 
 
-def target(case: WrapperCase) -> Target:
-    return Target(case.device, case.fake)
+def _lower_precision(case: WrapperCase) -> bool:
+    w = case.wrapper
+    rules = {w.before, *(w.ending if isinstance(w.ending, tuple) else (w.ending,)),
+             *(w.returns if isinstance(w.returns, tuple) else (w.returns,))}
+    return bool(rules & {INPUT, REGION})
 
 
-def sent(made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
-    """The inputs in ``dtype`` (floating tensors cast by hand)."""
-    return tuple(t.to(dtype) if _floating(t) else t for t in made)
-
-
-def activations(t: Target, made: tuple[Any, ...], dtype: torch.dtype) -> tuple[Any, ...]:
-    """The inputs as a ``dtype`` region hands them on: each floating one the output of an op
-    of the region's lower-precision list (a product with the identity, so its values are
-    the input's rounded to ``dtype``); float32: the inputs as made."""
-    if dtype == torch.float32:
-        return made
-
-    def handed_on(x: Any) -> Any:
-        if not _floating(x):
-            return x
-        if x.dim() and x.dtype == torch.float32:
-            with t.autocast(dtype):
-                y = x @ torch.eye(x.shape[-1], device=x.device)
-            if y.dtype == dtype:  # a device whose policy runs matmul otherwise: cast by hand
-                return y
-        return x.to(dtype)
-    return tuple(handed_on(x) for x in made)
-
-
-def ending(case: WrapperCase, xs: tuple[Any, ...]) -> tuple[torch.dtype, ...]:
-    """The dtypes its declared ending may compute in, for inputs ``xs``."""
-    declared = case.wrapper.ending
-    each = declared if isinstance(declared, tuple) else (declared,)
-    return tuple({_first_floating(xs) if e == INPUT else torch.float32
-                  for e in each if e is not None})
-
-
-def _first_floating(values: tuple[Any, ...]) -> torch.dtype:
-    return next(t.dtype for t in tensors_in(values) if t.is_floating_point())
-
-
-def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...]) -> str | None:
+def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...],
+                     region: torch.dtype | None) -> str | None:
     declared = case.wrapper.returns
     got = [t.dtype for t in tensors_in(out) if t.is_floating_point()]
     each = declared if isinstance(declared, tuple) else (declared,) * max(len(got), 1)
-    want = [_first_floating(xs) if r == INPUT else torch.float32 for r in each]
+    want = [_dtypes(r, xs, region) for r in each]
     if got != want:
         return (f"output {', '.join(devices.dtype_name(d) for d in got) or 'not floating'}; "
                 f"declared returns={declared!r}: {', '.join(devices.dtype_name(d) for d in want)}")
@@ -146,28 +92,21 @@ def _repro(case: WrapperCase, dtype: torch.dtype, extra: list[str] | None = None
             *(extra or ["print(out.dtype)"])]
 
 
-def run_traced(island: Any, xs: tuple[Any, ...], raise_first: bool = False
-               ) -> tuple[Trace, Any]:
-    with Trace(raise_first) as trace:
-        out = island(*xs)
-    return trace, out
-
-
 def check_float32(case: WrapperCase) -> None:
     """Inside a region, with inputs in the amp dtype and in float32, every op computes in
     float32 and the output has the declared dtype."""
     t, dev = target(case), case.device
     problems = []
     with kept(dev), on_device(t):
-        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        island, made, rules = built(case)
         for dtype in (case.amp_dtype, torch.float32):
-            xs = activations(t, made, dtype)
+            xs = activations(t, rules, made, dtype)
             with t.autocast(case.amp_dtype):
                 trace, out = run_traced(island, xs)
-            lower = trace.lower(ending=ending(case, xs))
+            lower = trace.lower(**parts(case, xs, case.amp_dtype))
             if lower:
                 problems.append(f"inputs in {devices.dtype_name(dtype)}: {lower}")
-            wrong = _returns_problem(case, out, xs)
+            wrong = _returns_problem(case, out, xs, case.amp_dtype)
             if wrong:
                 problems.append(f"inputs in {devices.dtype_name(dtype)}: {wrong}")
     if problems:
@@ -198,8 +137,8 @@ def check_restored(case: WrapperCase) -> None:
     when an op inside raises."""
     t, dev = target(case), case.device
     with kept(dev), on_device(t):
-        island = case.wrapper.island(dev)
-        xs = activations(t, case.wrapper.inputs(dev), case.amp_dtype)
+        island, made, rules = built(case)
+        xs = activations(t, rules, made, case.amp_dtype)
         with t.autocast(case.amp_dtype, cache_enabled=False):
             returned = _after(case, island, xs, raise_first=False)
             raised = _after(case, island, xs, raise_first=True)
@@ -231,23 +170,23 @@ def check_nesting(case: WrapperCase) -> None:
     t, dev, amp = target(case), case.device, case.amp_dtype
     problems = []
     with kept(dev), on_device(t):
-        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        island, made, rules = built(case)
         for dtypes in ((other_dtype(amp), amp), (amp, None)):
             where = " > ".join("disabled" if d is None else devices.dtype_name(d) for d in dtypes)
             # what the innermost region hands on (a disabled one: float32, the caller's
             # cast), and float32 inputs
             for dtype in dict.fromkeys((dtypes[-1] or torch.float32, torch.float32)):
-                xs = activations(t, made, dtype)
+                xs = activations(t, rules, made, dtype)
                 with _regions(t, dtypes):
                     before = AutocastState.capture(dev)
                     trace, _ = run_traced(island, xs)
                     changes = before.diff(AutocastState.capture(dev))
-                lower = trace.lower(ending=ending(case, xs))
+                lower = trace.lower(**parts(case, xs, dtypes[-1]))
                 inputs = f" (inputs in {devices.dtype_name(dtype)})"
                 problems += [f"inside {where}{inputs}: {lower}"] if lower else []
                 problems += [f"inside {where}{inputs}, after it: {c}" for c in changes]
         if case.wrapper.context is not None:
-            problems += _context_nesting(case, t, activations(t, made, amp))
+            problems += _context_nesting(case, t, activations(t, rules, made, amp))
     if problems:
         F.fail(case, F.ISLAND_NESTING, problems, _repro(case, amp))
 
@@ -275,54 +214,56 @@ def _context_nesting(case: WrapperCase, t: Target, xs: tuple[Any, ...]) -> list[
     return problems
 
 
-def _floating(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_floating_point()
-
-
-def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], in_region: bool
+def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[Any, ...],
+           in_region: bool
            ) -> tuple[list[torch.Tensor | None], list[tuple[str, torch.Tensor | None]], Any]:
-    leaves = [t.detach().clone().requires_grad_() if _floating(t) else t for t in made]
+    leaves = [t.detach().clone().requires_grad_() if floating(t) else t for t in made]
     params = list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
     for _, p in params:
         p.grad = None
+    xs = by_hand(rules, tuple(leaves), case.amp_dtype)
     if in_region:
         with torch.autocast(case.device, dtype=case.amp_dtype):
-            out = island(*sent(tuple(leaves), case.amp_dtype))
+            out = island(*xs)
     else:
         reference = case.wrapper.reference or island
         with torch.autocast(case.device, enabled=False):
-            out = reference(*(t.to(case.amp_dtype).float() if _floating(t) else t
-                              for t in leaves))
+            out = reference(*widened(rules, xs))
     loss = [o.float().sum() for o in tensors_in(out) if o.is_floating_point() and o.requires_grad]
     if not loss:
         raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
                             "floating input or a parameter: no gradient to check")
-    sum(loss).backward()
-    return ([t.grad for t in leaves if _floating(t)], [(n, p.grad) for n, p in params], out)
+    try:
+        sum(loss).backward()
+    except RuntimeError as exc:
+        raise second_backward(case, exc) or exc from exc
+    return ([t.grad for t in leaves if floating(t)], [(n, p.grad) for n, p in params], out)
 
 
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
-    every parameter, each in its own dtype, equal to those of the float32 computation;
-    not applicable where no output depends on either."""
+    every parameter, each in its own dtype, equal to those of the float32 computation
+    (within the amp dtype's tolerances where the island declares a part in a lower
+    precision); not applicable where no output depends on either."""
     dev, problems = case.device, []
+    tolerance = _AMP_TOLERANCE[case.amp_dtype] if _lower_precision(case) else {}
     with kept(dev), grad_and_dtype_restored():
         torch.set_grad_enabled(True)
-        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
-        got, got_params, _ = _grads(case, island, made, in_region=True)
-        want, want_params, _ = _grads(case, island, made, in_region=False)
+        island, made, rules = built(case)
+        got, got_params, _ = _grads(case, island, made, rules, in_region=True)
+        want, want_params, _ = _grads(case, island, made, rules, in_region=False)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        problems += _grad_problem(f"input {i}", g, w, torch.float32)
+        problems += _grad_problem(f"input {i}", g, w, torch.float32, tolerance)
     for (name, g), (_, w) in zip(got_params, want_params, strict=True):
         p = dict(island.named_parameters())[name]
-        problems += _grad_problem(f"parameter {name}", g, w, p.dtype)
+        problems += _grad_problem(f"parameter {name}", g, w, p.dtype, tolerance)
     if problems:
         F.fail(case, F.ISLAND_GRAD, problems, _repro(case, case.amp_dtype, [
             "out.float().sum().backward()"]))
 
 
 def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None,
-                  dtype: torch.dtype) -> list[str]:
+                  dtype: torch.dtype, tolerance: dict[str, float]) -> list[str]:
     if got is None:
         return [] if want is None else [f"{what}: no gradient"]
     if got.dtype != dtype:
@@ -330,7 +271,7 @@ def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None
                 f"{devices.dtype_name(dtype)}"]
     if want is not None:
         try:
-            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(got, want, **tolerance)
         except AssertionError as exc:
             return [f"{what}: gradient differs from the float32 computation's: "
                     f"{describe_error(exc)}"]
@@ -340,28 +281,30 @@ def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None
 def check_numerics(case: WrapperCase) -> None:
     """The output inside a region equals the float32 computation's on the same inputs
     (the declared reference, or the island outside any region), within the output dtype's
-    tolerances."""
+    tolerances (the amp dtype's where the island declares a part in a lower precision)."""
     dev, amp, problems = case.device, case.amp_dtype, []
+    tolerance = _AMP_TOLERANCE[amp] if _lower_precision(case) else {}
     with kept(dev), torch.no_grad():
-        island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+        island, made, rules = built(case)
         for dtype in (amp, torch.float32):
-            xs = activations(target(case), made, dtype)
+            xs = activations(target(case), rules, made, dtype)
             with torch.autocast(dev, dtype=amp):
                 out = island(*xs)
             with torch.autocast(dev, enabled=False):
-                want = (case.wrapper.reference or island)(*sent(xs, torch.float32))
-            problems += _differences(out, want, f"inputs in {devices.dtype_name(dtype)}: ")
+                want = (case.wrapper.reference or island)(*widened(rules, xs))
+            problems += _differences(out, want, f"inputs in {devices.dtype_name(dtype)}: ",
+                                     tolerance)
     if problems:
         F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))
 
 
-def _differences(out: Any, want: Any, where: str) -> list[str]:
+def _differences(out: Any, want: Any, where: str, tolerance: dict[str, float]) -> list[str]:
     outs, wants = list(tensors_in(out)), list(tensors_in(want))
     problems = [] if len(outs) == len(wants) else [
         f"{where}{len(outs)} output tensors, the float32 computation gives {len(wants)}"]
     for i, (o, w) in enumerate(zip(outs, wants, strict=False)):
         try:
-            torch.testing.assert_close(o, w.to(o.dtype))
+            torch.testing.assert_close(o, w.to(o.dtype), **tolerance)
         except AssertionError as exc:
             problems.append(f"{where}output {i}: {describe_error(exc)}")
     return problems

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from amp_conformance.checks.mutation import Mutant, register
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers import planted
+from amp_conformance.checks.wrappers import planted_islands as islands
 from amp_conformance.checks.wrappers import planted_shapes as shapes
 
 OPTIONS = ("--wrapper", "amp_conformance.checks.wrappers.planted:PLANTED")
@@ -249,3 +250,44 @@ for _name, _bug, _promise, _check, _text, _what in [
         select=f"test_wrapper_scaler and {_check}",
         options=OPTIONS,
     ))
+
+
+# issue 57: the island shapes library code has, and a runner that leaves its region open
+_PARTS = [
+    ("wrapper-island-region-core-in-region", "island_region", islands.cholesky_in_region,
+     F.ISLAND_FLOAT32, "float32", "before its float32 core ended",
+     "an island declared ending='region' whose core's product runs in the caller's region "
+     "(autocast never left)"),
+    ("wrapper-island-region-ending-own-dtype", "island_region", islands.ending_in_bfloat16,
+     F.ISLAND_NESTING, "nesting", "after its float32 core",
+     "an island declared ending='region' whose part after the core runs in a bfloat16 "
+     "region of its own, whatever the caller's region"),
+    ("wrapper-island-before-in-region", "island_before", islands.projected_in_region,
+     F.ISLAND_FLOAT32, "float32", "before its float32 core",
+     "an island declared before='input' whose work before the core is a projection the "
+     "caller's region runs in its own dtype"),
+    ("wrapper-island-argument-cast-down", "island_arguments", islands.scale_cast_down,
+     F.ISLAND_FLOAT32, "float32", "aten.mul.Tensor computed in",
+     "an island declared to take a float32 argument (arguments=(None, torch.float32)) "
+     "that casts it down to its activation's dtype and multiplies there"),
+]
+for _name, _slot, _impl, _promise, _check, _text, _what in _PARTS:
+    for _device, _fake in _TIERS:
+        register(Mutant(
+            name=_name + ("-fake-cuda" if _fake else ""),
+            description=_what + (" (on a fake cuda device)" if _fake else ""),
+            apply=lambda slot=_slot, impl=_impl: islands.plant(**{slot: impl}),
+            expect=(f"wrapper planted.{_slot} ", _promise, _text),
+            select=f"test_wrapper_island and {_check}",
+            options=OPTIONS, device=_device, fake=_fake,
+        ))
+register(Mutant(
+    name="wrapper-runner-open-on-raise",
+    description="a region runner in the manner of a training loop's callbacks: the region "
+                "entered before the forward and left after it, with no finally: when the "
+                "forward raises, the region stays open",
+    apply=lambda: planted.plant(runs=islands.leaves_open_on_raise),
+    expect=(RUNNER, F.RESTORED, "after the body raised"),
+    select="test_wrapper_runner and restored",
+    options=OPTIONS,
+))

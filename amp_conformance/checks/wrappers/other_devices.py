@@ -24,6 +24,7 @@ from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers import island as I
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.fake_device import on_device
+from amp_conformance.checks.wrappers.island_inputs import built
 from amp_conformance.checks.wrappers.region import kept, other_dtype, region
 from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
@@ -102,12 +103,13 @@ def _forward(case: WrapperCase, seen: _Seen) -> None:
 
 
 def _island(case: WrapperCase, seen: _Seen) -> None:
-    dev, t = case.device, I.target(case)
-    island, made = case.wrapper.island(dev), case.wrapper.inputs(dev)
+    t = I.target(case)
+    island, made, rules = built(case)
     # inputs as it meets them: the region's activations inside one, float32 outside
     for name, context, xs in (
-            ("in a region", t.autocast(case.amp_dtype), I.activations(t, made, case.amp_dtype)),
-            ("outside", None, made)):
+            ("in a region", t.autocast(case.amp_dtype),
+             I.activations(t, rules, made, case.amp_dtype)),
+            ("outside", None, I.activations(t, rules, made, torch.float32))):
         with context or contextlib.nullcontext():
             with _Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
                 out = island(*xs)

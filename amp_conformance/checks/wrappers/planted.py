@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from amp_conformance.checks.wrappers import planted_shapes
+from amp_conformance.checks.wrappers import planted_islands, planted_shapes
 from amp_conformance.checks.wrappers.declare import (
     ERROR,
     Float32Island,
@@ -368,6 +368,7 @@ PLANTED = [
                 reference=float32_body),
     runner_decl("planted.runner", lambda body, p, d: _PLANTED["runs"](body, p, d)),
     *planted_shapes.PLANTED,  # planted.swap, planted.predicate, planted.scaler
+    *planted_islands.PLANTED,  # planted.island_region, island_before, island_arguments
 ]
 
 LEAKS_DTYPE = region_decl("planted.leaks_dtype", leaky_region)
