@@ -268,11 +268,14 @@ def test_a_fake_matmul_of_two_dtypes_raises_as_the_kernel_does():
 
 
 def test_what_a_fake_device_cannot_do_is_a_named_skip():
-    def asks_the_device(x):
-        torch.cuda.current_device()
-        return x.float()
-    decl = Float32Island("test.asks", devices=("cuda",), build=lambda d: asks_the_device)
-    with pytest.raises(NotApplicable, match="not applicable on a fake device: "):
+    def asks_a_value(x):
+        torch.cuda.current_device()  # the device answers: one device, index 0
+        if x.sum() > 0:  # a value decides: fake tensors carry none
+            return x.float()
+        return x.float() * 2
+    decl = Float32Island("test.asks", devices=("cuda",), build=lambda d: asks_a_value)
+    with pytest.raises(NotApplicable, match=r"not applicable on a fake device: tests/"
+                       r"test_islands\.py:\d+ \(asks_a_value\): if x\.sum\(\) > 0:"):
         island.check_float32(_case(decl, "float32", "cuda", fake=True))
 
 

@@ -244,6 +244,10 @@ class RegionRunner:
     devices: tuple[str, ...]
     #: precision name -> the autocast dtype ``body`` must see on the device
     precisions: Mapping[str, torch.dtype]
+    #: precision names whose region takes the autocast dtype already set when it is entered
+    #: (``torch.autocast`` with ``dtype=None``): inside another region that region's dtype
+    #: (``precisions`` gives the one expected where nothing else was set)
+    ambient_dtype: tuple[str, ...] = ()
     library: str = ""
     version: str = ""
 
@@ -364,6 +368,9 @@ def validate(wrapper: Any) -> Wrapper:
     elif isinstance(wrapper, RegionRunner):
         _require(callable(wrapper.runs), name, "runs", "expected runs(body, precision, device)")
         _precisions(wrapper)
+        _require(isinstance(wrapper.ambient_dtype, tuple) and all(
+            n in wrapper.precisions for n in wrapper.ambient_dtype), name, "ambient_dtype",
+            "expected a tuple of names of precisions")
     elif isinstance(wrapper, Float32Island):
         _island(wrapper)
     elif isinstance(wrapper, (RegionSwap, Predicate, Scaler)):

@@ -22,14 +22,18 @@ from unittest import mock
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from amp_conformance.core.errors import NotApplicable, first_line
+from amp_conformance.checks.wrappers import fake_calls
+from amp_conformance.checks.wrappers.fake_calls import indexed, not_applicable
+from amp_conformance.core import devices
+from amp_conformance.core.errors import missing_kernel
 from amp_conformance.core.target import Target
 
 aten = torch.ops.aten
 
 #: what a build without the device says when code reaches for the device itself
 _ABSENT = re.compile(r"not linked with support for|not compiled with|no CUDA GPUs|"
-                     r"Found no NVIDIA driver|DataDependentOutput|data-dependent", re.I)
+                     r"Found no NVIDIA driver|without ATen_cuda|DataDependentOutput|"
+                     r"data-dependent|DynamicOutputShape", re.I)
 #: in-place random fills
 _FILLS = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, aten.exponential_,
           aten.cauchy_, aten.log_normal_, aten.geometric_}
@@ -51,32 +55,9 @@ def available(device: str) -> Iterator[None]:
         return
     with mock.patch.object(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False), \
             mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: True), \
-            mock.patch.object(torch.cuda, "is_available", lambda: True):
+            mock.patch.object(torch.cuda, "is_available", lambda: True), \
+            fake_calls.cuda_available():
         yield
-
-
-def _index(x: torch.Tensor, index: Any) -> torch.Tensor:
-    """``x[index]`` as the ops it stands for (basic indexing; a tensor index is gathered)."""
-    index = index if isinstance(index, tuple) else (index,)
-    if any(i is Ellipsis for i in index):
-        k = index.index(Ellipsis)
-        used = sum(i is not None and i is not Ellipsis for i in index)
-        index = index[:k] + (slice(None),) * (x.dim() - used) + index[k + 1:]
-    dim = 0
-    for i in index:
-        if i is None:
-            x, dim = aten.unsqueeze.default(x, dim), dim + 1
-        elif isinstance(i, slice):
-            x = aten.slice.Tensor(x, dim, i.start, i.stop, i.step or 1)
-            dim += 1
-        elif isinstance(i, int):
-            x = aten.select.int(x, dim, i)
-        elif isinstance(i, torch.Tensor) and not i.is_floating_point():
-            x = aten.index.Tensor(x, [None] * dim + [i])
-            dim += i.dim() if i.dtype != torch.bool else 1
-        else:
-            raise NotApplicable(f"not applicable on a fake device: indexing with {type(i)}")
-    return x
 
 
 def _to(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -111,7 +92,7 @@ def _methods(device: str) -> contextlib.ExitStack:
         return isinstance(x, FakeTensor) and x.device.type == device
 
     def getitem(self: torch.Tensor, index: Any) -> torch.Tensor:
-        return _index(self, index) if ours(self) else originals["__getitem__"](self, index)
+        return indexed(self, index) if ours(self) else originals["__getitem__"](self, index)
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return _to(self, *args, **kwargs) if isinstance(self, FakeTensor) \
@@ -134,11 +115,24 @@ def _methods(device: str) -> contextlib.ExitStack:
 class _AsTheDevice(TorchDispatchMode):
     """Refuses a matmul or convolution of two floating dtypes, as the device's kernel does;
     random fills fill nothing (fake tensors have no values; the device's generator is
-    absent)."""
+    absent); a constant copied onto the device forgets its value (FakeTensorMode would copy
+    it for real, onto a device the build lacks); reading a value is not applicable, named
+    with the call."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device = device
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func.overloadpacket in _FILLS:
             return args[0]
+        if func is aten._local_scalar_dense.default:
+            raise not_applicable("reads a tensor's value (bool(), int(), float() or a "
+                                 "comparison of a tensor; fake tensors carry no values)")
+        if func is aten._to_copy.default and getattr(args[0], "constant", None) is not None \
+                and torch.device(kwargs.get("device") or args[0].device).type == self.device:
+            args = (_forgetting(args[0]), *args[1:])
         where = _SAME_DTYPE.get(func)
         if where is not None:
             a, b = (args[i] for i in where)
@@ -146,7 +140,14 @@ class _AsTheDevice(TorchDispatchMode):
                 raise RuntimeError(f"{func}: expected both operands to have the same dtype, "
                                    f"but got: {a.dtype} != {b.dtype} (the device's kernel "
                                    "refuses them; so does the fake device)")
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def _forgetting(x: torch.Tensor) -> torch.Tensor:
+    """An alias of a fake constant that forgets its value."""
+    alias = aten.alias.default(x)
+    alias.constant = None
+    return alias
 
 
 def _apply(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor],
@@ -165,19 +166,66 @@ def _apply(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor],
 
 
 @contextlib.contextmanager
+def _autograd_off() -> Iterator[None]:
+    """Grad mode off for good and the cast cache off: autograd history on fake tensors of an
+    absent device, and the cast cache's cast of a parameter (a leaf that requires grad),
+    abort the process."""
+    set_grad = torch._C._set_grad_enabled
+    cache = torch.is_autocast_cache_enabled()
+    validate = torch.distributions.Distribution._validate_args
+    torch.set_autocast_cache_enabled(False)
+    # a distribution's default argument checks read values: off, as fake tensors have none
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with torch.no_grad(), mock.patch.object(torch._C, "_set_grad_enabled",
+                                                lambda mode: set_grad(False)):
+            yield
+    finally:
+        torch.set_autocast_cache_enabled(cache)
+        torch.distributions.Distribution.set_default_validate_args(validate)
+
+
+@contextlib.contextmanager
 def on_device(target: Target) -> Iterator[None]:
     """Where a wrapper check builds and runs its wrapper: the device, or the fake device
-    made to behave like it (no autograd history: building it aborts without the device)."""
+    made to behave like it (no autograd: building it aborts without the device)."""
     if not target.fake or torch.nn.Module._apply is _apply:  # real; or inside this already
         yield
         return
-    with target.tensors(), available(target.device), torch.no_grad(), \
-            mock.patch.object(torch.nn.Module, "_apply", _apply), _methods(target.device), \
-            _AsTheDevice():
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    device, absent = target.device, not devices.is_available(target.device)
+
+    def ours(x: Any) -> bool:
+        return isinstance(x, FakeTensor) and x.device.type == device
+    with target.tensors(), available(device), _autograd_off(), \
+            mock.patch.object(torch.nn.Module, "_apply", _apply), _methods(device), \
+            fake_calls.methods(ours, device), _AsTheDevice(device):
         try:
             yield
-        except (RuntimeError, AssertionError, NotImplementedError) as exc:
-            if not _ABSENT.search(f"{type(exc).__name__}: {exc}"):
-                raise
-            raise NotApplicable(f"not applicable on a fake device: "
-                                f"{type(exc).__name__}: {first_line(exc, 200)}") from exc
+        except (RuntimeError, AssertionError, NotImplementedError, AttributeError) as exc:
+            raise _named(exc, device, absent) from exc
+
+
+def _named(exc: BaseException, device: str, absent: bool) -> BaseException:
+    """What the fake device could not do, named with the call (``exc`` itself where the
+    wrapper did it)."""
+    said = f"{type(exc).__name__}: {_whole(exc)}"
+    op = missing_kernel(exc)
+    backend = re.search(r"from the '(\w+)' backend", str(exc))
+    if op and absent and backend and backend.group(1).lower() == device:
+        # a call that reached the real backend: a tensor made outside the fake device
+        return not_applicable(f"{op} reached the real {device} backend, which this build "
+                              f"lacks (a tensor made outside the fake device): {said}",
+                              exc.__traceback__)
+    if _ABSENT.search(said) or isinstance(exc, AttributeError) and "torch._C" in said:
+        return not_applicable(said, exc.__traceback__)
+    return exc
+
+
+def _whole(exc: BaseException, limit: int = 600) -> str:
+    """The exception's message, its lines joined, cut before a dispatcher's listing of
+    backends."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = text.split(" is only available for these backends")[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"

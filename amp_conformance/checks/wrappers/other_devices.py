@@ -69,7 +69,9 @@ def _region(case: WrapperCase, seen: _Seen) -> None:
 
 
 def _runner(case: WrapperCase, seen: _Seen) -> None:
-    case.wrapper.runs(lambda: seen.look("inside the body"), case.precision, case.device)
+    from amp_conformance.checks.wrappers.runner import step
+
+    step(case, lambda: seen.look("inside the body"))
     seen.look("after the runner")
 
     def fail() -> None:

@@ -5,10 +5,16 @@ itself. So the checks are made through the body: it sees the declared state on t
 (``state``), alone and inside an outer region of the other dtype or a disabled one, whose
 state comes back after (``nesting``); the caller's whole autocast state is back after the
 runner returns and after the body raises, the exception reaching the caller (``restored``).
+
+On a fake device the body ends the step once it has looked (:func:`step`): the rest of a
+training step (backward, the optimizer's step) needs autograd and values, which a fake device
+has not. There the state after a returning step is checked only where the step can return
+(an evaluator's); after a raising body it always is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +23,7 @@ from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.region import kept, other_dtype
 from amp_conformance.core import devices
+from amp_conformance.core.errors import NotApplicable
 from amp_conformance.core.state import AutocastState
 
 
@@ -24,13 +31,31 @@ class _Raised(Exception):
     """Raised by the body, to see what the runner restores after it."""
 
 
+class _Stopped(Exception):
+    """Raised by the body on a fake device once it has looked: the step ends there."""
+
+
+def step(case: WrapperCase, body: Callable[[], Any]) -> None:
+    """One step of the runner around ``body``; on a fake device the body then ends it."""
+    if not case.fake:
+        case.wrapper.runs(body, case.precision, case.device)
+        return
+
+    def stops() -> Any:
+        body()
+        raise _Stopped
+    try:
+        case.wrapper.runs(stops, case.precision, case.device)
+    except _Stopped:
+        pass
+
+
 def _inside(case: WrapperCase) -> tuple[bool, torch.dtype]:
     """The device's (enabled, dtype) the body saw."""
     seen: list[tuple[bool, torch.dtype]] = []
     dev = case.device
-    case.wrapper.runs(lambda: seen.append((torch.is_autocast_enabled(dev),
-                                           torch.get_autocast_dtype(dev))),
-                      case.precision, dev)
+    step(case, lambda: seen.append((torch.is_autocast_enabled(dev),
+                                    torch.get_autocast_dtype(dev))))
     if not seen:
         F.fail(case, F.RUNS_STATE, "the body was never called", _lines(case))
     return seen[-1]
@@ -43,11 +68,18 @@ def _lines(case: WrapperCase, *before: str) -> list[str]:
                      f"torch.get_autocast_dtype({d!r})), {case.precision!r}, {d!r})"]
 
 
-def _problem(case: WrapperCase, seen: tuple[bool, torch.dtype], where: str) -> str | None:
-    if seen == (True, case.amp_dtype):
+def _problem(case: WrapperCase, seen: tuple[bool, torch.dtype], where: str,
+             ambient: torch.dtype | None = None) -> str | None:
+    """What is wrong with the state the body saw (``ambient``: the dtype set around the
+    runner, which a precision declared ``ambient_dtype`` takes)."""
+    want = ambient if ambient is not None and case.precision in case.wrapper.ambient_dtype \
+        else case.amp_dtype
+    if seen == (True, want):
         return None
     return (f"{where}: the body ran with enabled={seen[0]}, dtype={devices.dtype_name(seen[1])}; "
-            f"expected enabled=True, dtype={devices.dtype_name(case.amp_dtype)}")
+            f"expected enabled=True, dtype={devices.dtype_name(want)}"
+            + (" (declared ambient_dtype: the dtype set around it)" if want != case.amp_dtype
+               else ""))
 
 
 def check_state(case: WrapperCase) -> None:
@@ -68,9 +100,10 @@ def check_nesting(case: WrapperCase) -> None:
                  if enabled else f"inside torch.autocast({dev!r}, enabled=False)")
         with kept(dev), outer:
             before = AutocastState.capture(dev)
-            problems.append(_problem(case, _inside(case), where))
-            problems += [f"{where}, after the runner: {c}"
-                         for c in before.diff(AutocastState.capture(dev))]
+            problems.append(_problem(case, _inside(case), where, before.dtype))
+            if not case.fake:  # a fake step ends by an exception: ``restored``'s
+                problems += [f"{where}, after the runner: {c}"
+                             for c in before.diff(AutocastState.capture(dev))]
     problems = [p for p in problems if p]
     if problems:
         F.fail(case, F.RUNS_NESTED, problems, _lines(case, f"with torch.autocast({dev!r}, "
@@ -83,15 +116,12 @@ def _raise() -> Any:
 
 def check_restored(case: WrapperCase) -> None:
     """The whole autocast state after the runner equals the one before (starting from the
-    other dtype, so a leaked dtype shows), on return and after the body raises; the
-    body's exception reaches the caller."""
+    other dtype, so a leaked dtype shows), after the body raises (the exception reaching the
+    caller) and on return."""
     dev, problems = case.device, []
     with kept(dev):
         torch.set_autocast_dtype(dev, other_dtype(case.amp_dtype))
         before = AutocastState.capture(dev)
-        case.wrapper.runs(lambda: None, case.precision, dev)
-        problems += [f"after it returned: {c}" for c in before.diff(AutocastState.capture(dev))]
-        before.restore()
         try:
             case.wrapper.runs(_raise, case.precision, dev)
             problems.append("the exception the body raised did not reach the caller")
@@ -99,8 +129,27 @@ def check_restored(case: WrapperCase) -> None:
             pass
         problems += [f"after the body raised: {c}"
                      for c in before.diff(AutocastState.capture(dev))]
+        before.restore()
+        try:
+            case.wrapper.runs(lambda: None, case.precision, dev)
+        except NotApplicable:
+            if not problems:  # a fake device's step that cannot return: the reason stands
+                raise
+        else:
+            problems += [f"after it returned: {c}"
+                         for c in before.diff(AutocastState.capture(dev))]
     if problems:
-        F.fail(case, F.RESTORED, problems, [
-            f"torch.set_autocast_dtype({dev!r}, {other_dtype(case.amp_dtype)})",
-            f"decl.runs(lambda: None, {case.precision!r}, {dev!r})",
-            f"print(torch.is_autocast_enabled({dev!r}), torch.get_autocast_dtype({dev!r}))"])
+        F.fail(case, F.RESTORED, problems, _restored_lines(case, raised=any(
+            p.startswith(("after the body raised", "the exception")) for p in problems)))
+
+
+def _restored_lines(case: WrapperCase, raised: bool) -> list[str]:
+    """The scenario that failed: a body that raises, or one that returns."""
+    dev, p = case.device, case.precision
+    state = f"print(torch.is_autocast_enabled({dev!r}), torch.get_autocast_dtype({dev!r}))"
+    first = f"torch.set_autocast_dtype({dev!r}, {other_dtype(case.amp_dtype)})"
+    if not raised:
+        return [first, f"decl.runs(lambda: None, {p!r}, {dev!r})", state]
+    return ["def body():", "    raise RuntimeError('raised by the body')", first, "try:",
+            f"    decl.runs(body, {p!r}, {dev!r})", "except RuntimeError:",
+            "    pass  # it reached the caller", state]

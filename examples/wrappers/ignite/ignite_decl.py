@@ -15,7 +15,9 @@ What they claim, from pytorch-ignite 0.5.5 (``ignite/engine/__init__.py``):
 So with ``amp_mode="amp"`` on a device the factories accept, the model runs under that
 device's float16 autocast. Both steps enter ``torch.amp.autocast("cuda", enabled=True)``
 whatever the device (lines 217 and 751): on CPU torch warns and disables it, and the model
-runs in float32 with CPU autocast off (``defects/amp_mode_enters_cuda_autocast.py``).
+runs in float32 with CPU autocast off (``defects/amp_mode_enters_cuda_autocast.py``). That
+region is given no dtype, so it takes the one already set when the step enters it (float16
+by default; inside a caller's bfloat16 region, bfloat16): ``ambient_dtype=("amp",)``.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def evaluator_step(body: Callable[[], Any], precision: str, device: str) -> None
 
 WRAPPERS = [
     RegionRunner(name="ignite.create_supervised_trainer", runs=trainer_step, devices=DEVICES,
-                 precisions=PRECISIONS, library="pytorch-ignite", version=VERSION),
-    RegionRunner(name="ignite.create_supervised_evaluator", runs=evaluator_step,
-                 devices=DEVICES, precisions=PRECISIONS, library="pytorch-ignite",
+                 precisions=PRECISIONS, ambient_dtype=("amp",), library="pytorch-ignite",
                  version=VERSION),
+    RegionRunner(name="ignite.create_supervised_evaluator", runs=evaluator_step,
+                 devices=DEVICES, precisions=PRECISIONS, ambient_dtype=("amp",),
+                 library="pytorch-ignite", version=VERSION),
 ]
