@@ -3,7 +3,7 @@
 - ``torch.cuda``'s device queries answer as for one available device: ``current_device``,
   ``device_count``, ``get_device_properties``, ``get_device_capability``,
   ``get_device_name``, ``set_device`` and ``synchronize`` (a Hopper-class GPU: bfloat16,
-  compute capability 9.0).
+  compute capability 9.0); its streams and events wait for nothing (ops run at once).
 - ``Tensor.item()`` gives a number without a value (:class:`NoValue`): printed, logged or
   added up it is fine; deciding a branch, compared or made an index it raises
   ``NotApplicable`` naming the call, as do ``tolist()`` and ``numpy()``.
@@ -61,6 +61,11 @@ def not_applicable(what: str, tb: TracebackType | None = None) -> NotApplicable:
     return NotApplicable(PREFIX + (f"{site}: {what}" if site else what))
 
 
+#: where Tensor.item() gave a number without a value, in this run of the fake device (an
+#: error after one may come from the value it lacks)
+HANDED: list[str] = []
+
+
 class NoValue(float):
     """What ``Tensor.item()`` gives on a fake device: a number without a value (nan in
     print). Arithmetic gives another; anything that decides on it raises NotApplicable."""
@@ -70,6 +75,7 @@ class NoValue(float):
     def __new__(cls, site: str) -> NoValue:
         made = super().__new__(cls, "nan")
         made.site = site
+        HANDED.append(site)
         return made
 
     def _decides(self, *_: Any) -> Any:
@@ -122,10 +128,29 @@ def _nothing(device: Any = None) -> None:
     _index_of(device)
 
 
+class _Stream:
+    """A stream or event of the fake device: ops run at once, so there is nothing to wait
+    for."""
+
+    def __init__(self, *_: Any, **__: Any):
+        self.device = torch.device("cuda", 0)
+
+    def wait_stream(self, *_: Any) -> None: ...
+    def wait_event(self, *_: Any) -> None: ...
+    def record_event(self, *_: Any) -> _Stream:
+        return _Stream()
+    def record(self, *_: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        return True
+
+
 def _cuda_calls() -> dict[str, Callable[..., Any]]:
     return {"current_device": lambda: 0, "device_count": lambda: 1,
             "get_device_properties": _properties, "get_device_capability": _capability,
-            "get_device_name": _name, "set_device": _nothing, "synchronize": _nothing}
+            "get_device_name": _name, "set_device": _nothing, "synchronize": _nothing,
+            "Stream": _Stream, "Event": _Stream, "current_stream": _Stream,
+            "default_stream": _Stream, "stream": lambda *_: contextlib.nullcontext()}
 
 
 @contextlib.contextmanager
@@ -221,6 +246,7 @@ def methods(ours: Callable[[Any], bool], device: str) -> contextlib.ExitStack:
                                                                       indexed)),
              "copy_": (ours, lambda self, src, non_blocking=False: aten.copy_.default(
                  self, src, non_blocking)),
+             "record_stream": (ours, lambda self, stream: None),
              "backward": (ours, _backward(device))}
     for name, (which, fake) in fakes.items():
         for cls in (torch.Tensor, FakeTensor):

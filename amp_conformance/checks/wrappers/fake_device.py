@@ -23,16 +23,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from amp_conformance.checks.wrappers import fake_calls
+from amp_conformance.checks.wrappers.declare import DeclarationError
 from amp_conformance.checks.wrappers.fake_calls import indexed, not_applicable
 from amp_conformance.core import devices
-from amp_conformance.core.errors import missing_kernel
+from amp_conformance.core.errors import ConformanceFailure, missing_kernel
 from amp_conformance.core.target import Target
 
 aten = torch.ops.aten
 
 #: what a build without the device says when code reaches for the device itself
 _ABSENT = re.compile(r"not linked with support for|not compiled with|no CUDA GPUs|"
-                     r"Found no NVIDIA driver|without ATen_cuda|DataDependentOutput|"
+                     r"Found no NVIDIA driver|without ATen_cuda|requires CUDA support|DataDependentOutput|"
                      r"data-dependent|DynamicOutputShape", re.I)
 #: in-place random fills
 _FILLS = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, aten.exponential_,
@@ -198,12 +199,14 @@ def on_device(target: Target) -> Iterator[None]:
 
     def ours(x: Any) -> bool:
         return isinstance(x, FakeTensor) and x.device.type == device
+    fake_calls.HANDED.clear()
     with target.tensors(), available(device), _autograd_off(), \
             mock.patch.object(torch.nn.Module, "_apply", _apply), _methods(device), \
             fake_calls.methods(ours, device), _AsTheDevice(device):
         try:
             yield
-        except (RuntimeError, AssertionError, NotImplementedError, AttributeError) as exc:
+        except (RuntimeError, AssertionError, NotImplementedError, AttributeError,
+                ValueError, TypeError) as exc:
             raise _named(exc, device, absent) from exc
 
 
@@ -220,6 +223,10 @@ def _named(exc: BaseException, device: str, absent: bool) -> BaseException:
                               exc.__traceback__)
     if _ABSENT.search(said) or isinstance(exc, AttributeError) and "torch._C" in said:
         return not_applicable(said, exc.__traceback__)
+    if fake_calls.HANDED and not isinstance(exc, (ConformanceFailure, DeclarationError)):
+        return not_applicable(f"{said} (after Tensor.item() at {fake_calls.HANDED[0]} gave "
+                              "a number without a value: fake tensors carry none)",
+                              exc.__traceback__)
     return exc
 
 
