@@ -43,8 +43,8 @@ from amp_conformance.core.target import Target
 
 __all__ = ["Raised", "Trace", "activations", "run_traced", "target"]
 #: the tolerances of a comparison where the island declares a part in a lower precision
-_AMP_TOLERANCE = {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-3},
-                  torch.float16: {"rtol": 1e-3, "atol": 1e-4}}
+_AMP_TOLERANCE = {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
+                  torch.float16: {"rtol": 1e-3, "atol": 2e-3}}
 
 
 def _dtypes(rule: Any, xs: tuple[Any, ...], region: torch.dtype | None) -> torch.dtype:
@@ -243,8 +243,9 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
     every parameter, each in its own dtype, equal to those of the float32 computation
-    (within the amp dtype's tolerances where the island declares a part in a lower
-    precision); not applicable where no output depends on either."""
+    (an input's within the amp dtype's tolerances, as it was sent in it; a parameter's too
+    where the island declares a part in a lower precision); not applicable where no output
+    depends on either."""
     dev, problems = case.device, []
     tolerance = _AMP_TOLERANCE[case.amp_dtype] if _lower_precision(case) else {}
     with kept(dev), grad_and_dtype_restored():
@@ -253,7 +254,10 @@ def check_grad(case: WrapperCase) -> None:
         got, got_params, _ = _grads(case, island, made, rules, in_region=True)
         want, want_params, _ = _grads(case, island, made, rules, in_region=False)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        problems += _grad_problem(f"input {i}", g, w, torch.float32, tolerance)
+        # an input sent in the amp dtype has its gradient summed in that dtype, where it is
+        # used twice: within the amp dtype's tolerances, whatever the island
+        problems += _grad_problem(f"input {i}", g, w, torch.float32,
+                                  _AMP_TOLERANCE[case.amp_dtype])
     for (name, g), (_, w) in zip(got_params, want_params, strict=True):
         p = dict(island.named_parameters())[name]
         problems += _grad_problem(f"parameter {name}", g, w, p.dtype, tolerance)

@@ -19,9 +19,11 @@ from amp_conformance.core import devices
 from amp_conformance.core.casting import tensors_in
 
 aten = torch.ops.aten
-#: ops that change no value's precision: a cast, a copy, a view
+#: ops that change no value's precision: a cast, a copy (a concatenation too), a view, a
+#: sign flip (exact in any dtype)
 CASTS = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.detach.default,
-         aten.lift_fresh.default, aten.alias.default, aten._unsafe_view.default}
+         aten.lift_fresh.default, aten.alias.default, aten._unsafe_view.default,
+         aten.cat.default, aten.stack.default, aten.neg.default}
 
 
 class Raised(Exception):
