@@ -74,6 +74,11 @@ def _headline(message: str | None) -> str:
     return re.sub(r"^(?:[A-Za-z_][\w]*\.)+\w+: ", "", lines[0]) if lines else ""
 
 
+def _whole(message: str | None) -> str:
+    """A skip's reason whole, its lines joined (its cause may be on the second)."""
+    return " ".join(line.strip() for line in (message or "").splitlines() if line.strip())
+
+
 def _select(result: dict) -> str:
     """A ``-k`` expression for one item: its test name and parametrization id."""
     nodeid = result.get("nodeid") or ""
@@ -110,7 +115,8 @@ def summarize(root: Path) -> dict:
                          "wrapper": wrapper, "check": check,
                          "item": w.get("precision") or result.get("param") or _select(result),
                          "result": outcome,
-                         "message": "" if passed else _headline(result.get("message")),
+                         "message": "" if passed else _whole(result.get("message"))
+                         if outcome == "skipped" else _headline(result.get("message")),
                          "command": "" if passed else session_command(key, _select(result))})
     return {"source": "tier", "libraries": libraries, "rows": rows}
 
