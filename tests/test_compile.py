@@ -8,6 +8,7 @@ its alias, the opt-in item generation and the vendor capability run through pyte
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 from amp_conformance.checks import compiling as backends
 from amp_conformance.checks.case import Case, load_oplist
-from amp_conformance.checks.compile_regions import bodies, export, regions
+from amp_conformance.checks.compile_regions import bodies, caches, export, regions
 from amp_conformance.checks.compile_regions import mutants as mutants_compile
 from amp_conformance.checks.compiled_policy import per_entry
 from amp_conformance.checks.registry import mutants
@@ -104,6 +105,12 @@ def test_a_break_that_runs_no_op_misses_a_region_lost_at_the_break():
      "autocast state not restored after the compiled region raised"),
     ("compile-legacy-positional-ignored", "call_forms", "['legacy-positional with, enabled="),
     ("compile-break-runs-without-region", "computing_break", "torch.float32 != torch.float16"),
+    ("compile-decorated-call-breaks-graph", "decorated_calls", "compiled call raised Unsupported"),
+    ("compile-legacy-context-breaks-graph", "legacy_entry_point",
+     "compiled call raised Unsupported"),
+    ("compile-legacy-context-breaks-graph", "call_forms", "compiled call raised Unsupported"),
+    ("compile-cache-key-ignores-autocast-dtype", "recompiled_in_other_region",
+     "inside an other-dtype region"),
 ])
 def test_region_check_catches_broken_compile_path(mutant, scenario, text):
     before = AutocastState.capture("cpu")
@@ -114,6 +121,35 @@ def test_region_check_catches_broken_compile_path(mutant, scenario, text):
     assert "backend aot_eager" in message and "torch.float16" in message
     assert text in message
     assert before.diff(AutocastState.capture("cpu")) == []  # the check restored the state
+
+
+def test_a_graph_break_at_a_region_is_seen_only_with_fullgraph():
+    """Why the scenarios without a break by design compile with fullgraph=True: a legacy
+    context that breaks the graph leaves the dtypes right and one graph compiled."""
+    lenient = dataclasses.replace(regions.by_name("legacy_entry_point"), fullgraph=False)
+    with _mutated("compile-legacy-context-breaks-graph"):
+        regions.check(lenient, CPU, torch.bfloat16, "eager")
+
+
+def test_only_the_scenarios_that_break_on_purpose_compile_without_fullgraph():
+    lenient = {s.name for s in regions.SCENARIOS if not s.fullgraph}
+    assert lenient == {"graph_break", "computing_break", "computing_break_nested",
+                       "computing_break_disabled", "computing_break_decorator",
+                       "error_at_graph_break"}
+    assert all(s.graphs[0] >= 2 or s.raises for s in regions.SCENARIOS if not s.fullgraph)
+
+
+def test_decorated_calls_cover_every_decorated_callable():
+    body = bodies.decorated_calls(bodies.Env(CPU, torch.bfloat16, torch.float16))
+    out = body(torch.ones(2, 2))
+    assert sorted(out) == sorted([
+        "function", "method", "staticmethod", "module forward", "callable object",
+        "legacy decorator", "enabled=False function, called in a region",
+        "other-dtype function, called in a region", "the region after them"])
+    dtypes = {name: value[0].dtype for name, value in out.items()}
+    assert dtypes["enabled=False function, called in a region"] == torch.float32
+    assert dtypes["other-dtype function, called in a region"] == torch.float16
+    assert {dtypes[n] for n in dtypes if "called in a region" not in n} == {torch.bfloat16}
 
 
 def test_known_eager_backend_leak_is_seen():
@@ -172,7 +208,9 @@ def test_mutants_of_the_compile_tier_are_registered():
                     "compile-region-leaks-on-raise", "compile-stale-guard",
                     "compile-backend-drops-regions", "compile-legacy-positional-ignored",
                     "compile-break-runs-without-region", "export-region-error-swallowed",
-                    "export-strict-region-error-swallowed"}
+                    "export-strict-region-error-swallowed", "compile-decorated-call-breaks-graph",
+                    "compile-legacy-context-breaks-graph",
+                    "compile-cache-key-ignores-autocast-dtype"}
 
 
 # -- torch.export ----------------------------------------------------------------------
@@ -456,16 +494,40 @@ def test_a_check_meets_no_compile_cache_of_another():
     assert not os.path.exists(folder)
 
 
-def test_a_fresh_compile_in_the_other_region_gets_its_own_artifact():
+def test_a_fresh_compile_in_the_other_region_gets_its_own_artifact(monkeypatch):
     """recompiled_in_other_region: compiled afresh for each region with the caches on; on
-    torch 2.13 inductor's artifact follows the region (pytorch#181564), before it the
-    scenario is a strict xfail."""
+    torch 2.13 the AOTAutograd cache's artifact follows the region (pytorch#181564), before
+    it the scenario is a strict xfail (observed with aot_eager on torch 2.12.0 too)."""
     scenario = regions.by_name("recompiled_in_other_region")
-    assert scenario.known_defect("inductor", "2.12.0").startswith(
-        "known PyTorch defect compile-cache-key-ignores-autocast-dtype")
-    assert scenario.known_defect("inductor", "2.13.0") is None
-    assert scenario.known_defect("aot_eager", "2.11.0") is None
+    for backend in ("inductor", "aot_eager"):
+        assert scenario.known_defect(backend, "2.12.0").startswith(
+            "known PyTorch defect compile-cache-key-ignores-autocast-dtype")
+        assert scenario.known_defect(backend, "2.13.0") is None
+    lookups = []
+    real = caches.lookups
+    monkeypatch.setattr(caches, "lookups", lambda: lookups.append(real()) or lookups[-1])
     regions.check(scenario, CPU, torch.bfloat16, "aot_eager")
+    assert lookups and lookups[0] >= len(scenario.calls)  # aot_eager reached the cache
+
+
+def test_which_backends_reach_the_aot_autograd_cache_and_in_which_run():
+    scenario = regions.by_name("recompiled_in_other_region")
+    for tier in (None, "inductor"):
+        assert "backend eager reaches no compile cache" in regions.not_applicable(
+            scenario, CPU, torch.bfloat16, "eager", tier)
+    assert "not applicable in the default run: the first compile that reaches the " \
+        "AOTAutograd cache in a process imports inductor's lowering" in regions.not_applicable(
+            scenario, CPU, torch.bfloat16, "aot_eager")
+    for backend in ("aot_eager", "inductor"):
+        assert regions.not_applicable(scenario, CPU, torch.bfloat16, backend, "inductor") \
+            is None
+
+
+def test_a_backend_that_never_looks_the_cache_up_is_not_applicable(monkeypatch):
+    monkeypatch.setattr(caches, "lookups", lambda: 0)
+    with pytest.raises(regions.NotApplicable, match="looked the AOTAutograd cache up 0 time"):
+        regions.check(regions.by_name("recompiled_in_other_region"), CPU, torch.bfloat16,
+                      "aot_eager")
 
 
 def test_call_forms_cover_both_constructors_and_every_spelling():

@@ -33,7 +33,8 @@ def _fresh_dynamo():
 def test_compile_region(amp_settings, amp_target, amp_dtype, compile_backend, scenario):
     """The scenario compiled gives eager's outputs, observed state and exceptions, call by
     call, and restores the autocast state exactly."""
-    reason = regions.not_applicable(scenario, amp_target, amp_dtype, compile_backend)
+    reason = regions.not_applicable(scenario, amp_target, amp_dtype, compile_backend,
+                                    amp_settings.compile_backend)
     if reason:
         pytest.skip(reason)
     try:

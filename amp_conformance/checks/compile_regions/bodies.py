@@ -4,6 +4,7 @@ for an :class:`Env` and returning its tensors and the autocast state it observed
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,64 @@ def every_call_form(env: Env) -> Body:
                     out[f"{name} with, enabled={enabled}"] = inner(x)
                 out[f"{name} decorator, enabled={enabled}"] = make(
                     device, enabled, dtype, cache)(inner)(x)
+        return out
+    return body
+
+
+class _CallableObject:
+    """A callable instance, decorated with torch.autocast as a whole."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        return torch.mm(x, x), observe(self.device)
+
+
+def decorated_calls(env: Env) -> Body:
+    """Functions and methods decorated with torch.autocast outside compiled code, called
+    inside it (dynamo once broke the graph at each call: pytorch#114818): a function, a
+    method, a staticmethod, a module's forward, a callable object, the legacy entry point's
+    decorator where the device has one, and inside a region traced in the graph an
+    ``enabled=False`` function and one of the other dtype. Outputs named by call."""
+    device = env.device
+
+    def mm(x):
+        return torch.mm(x, x), observe(device)
+
+    class Held:
+        @env.region()
+        def method(self, x):
+            return mm(x)
+
+        @staticmethod
+        @env.region()
+        def static(x):
+            return mm(x)
+
+    class Module(torch.nn.Module):
+        @env.region()
+        def forward(self, x):
+            return mm(x)
+
+    calls: dict[str, Callable[[torch.Tensor], Any]] = {
+        "function": env.region()(mm), "method": Held().method, "staticmethod": Held.static,
+        "module forward": Module(), "callable object": env.region()(_CallableObject(device))}
+    legacy = legacy_autocast(device)
+    if legacy is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # its deprecation, at decoration
+            calls["legacy decorator"] = legacy(dtype=env.dtype)(mm)
+    in_region = {"enabled=False function": env.region(enabled=False)(mm)}
+    if env.other is not None:
+        in_region["other-dtype function"] = env.region("other")(mm)
+
+    def body(x):
+        out = {name: call(x) for name, call in calls.items()}
+        with env.region():
+            for name, call in in_region.items():
+                out[f"{name}, called in a region"] = call(x)
+            out["the region after them"] = mm(x)
         return out
     return body
 

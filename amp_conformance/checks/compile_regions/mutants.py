@@ -6,7 +6,9 @@ enabled flag (dynamo's ``AutocastModeVariable``), the region dynamo rebuilds aft
 break (leaking its state when the body raises, or not entered for the eager code at the
 break), an exception raised in a region under torch.export, non-strict or strict (lost for an
 error of the export's own), the guard on the ambient autocast state
-(a stale graph), and a backend that drops the regions from the graph it is given.
+(a stale graph), a backend that drops the regions from the graph it is given, a call of an
+autocast-decorated function or a legacy context that breaks the graph (caught by
+``fullgraph=True``), and an AOTAutograd cache key blind to the autocast dtype.
 """
 
 from __future__ import annotations
@@ -140,6 +142,49 @@ def _strict_export_swallows_region_error() -> Undo:
     return patch(_ctx_variable(), "exit", make)()
 
 
+def _decorated_calls_skipped() -> Undo:
+    """Dynamo skips torch/amp/autocast_mode.py as it skips torch's other files: a call of a
+    function decorated with torch.autocast breaks the graph (pytorch#114818, before PR
+    #114845 put the module on dynamo's inline list)."""
+    from torch._dynamo import trace_rules
+
+    module = "torch.amp.autocast_mode"
+    trace_rules.MOD_INLINELIST.discard(module)
+    trace_rules.clear_lru_cache()
+
+    def restore() -> None:
+        trace_rules.MOD_INLINELIST.add(module)
+        trace_rules.clear_lru_cache()
+    return restore
+
+
+def _legacy_context_unsupported() -> Undo:
+    """Dynamo cannot trace torch.<device>.amp.autocast: the legacy context breaks the graph
+    (as it did before pytorch PR #95416)."""
+    from torch._dynamo.exc import Unsupported
+
+    def make(original):
+        def create(func, args, kwargs):
+            if func is not torch.amp.autocast_mode.autocast:
+                raise Unsupported(f"{func.__module__}.{func.__qualname__} is not supported")
+            return original(func, args, kwargs)
+        return staticmethod(create)
+    return patch(_ctx_variable(), "create", make)()
+
+
+def _aot_cache_key_without_dtype() -> Undo:
+    """The AOTAutograd cache key records which devices autocast is on for, not their
+    dtypes (as before pytorch#181564)."""
+    from torch._functorch._aot_autograd import autograd_cache
+
+    def make(original):
+        def record(self, gm):
+            original(self, gm)
+            self.autocast_state = dict.fromkeys(getattr(self, "autocast_state", {}), True)
+        return record
+    return patch(autograd_cache.AOTAutogradCacheDetails, "_record_runtime_state", make)()
+
+
 def _guard_ignores_global_state() -> Undo:
     from torch._dynamo import guards
 
@@ -192,6 +237,33 @@ register(Mutant(
     apply=_legacy_positional_dropped,
     expect=("compile_regions scenario 'call_forms'", "['legacy-positional "),
     select="test_compile_region and call_forms and aot_eager",
+))
+register(Mutant(
+    name="compile-decorated-call-breaks-graph",
+    description="dynamo skips torch.amp.autocast_mode: calling a function decorated with "
+                "torch.autocast inside compiled code breaks the graph (pytorch#114818; the "
+                "dtypes stay right, fullgraph=True raises)",
+    apply=_decorated_calls_skipped,
+    expect=("compile_regions scenario 'decorated_calls'", "compiled call raised Unsupported"),
+    select="test_compile_region and decorated_calls",
+))
+register(Mutant(
+    name="compile-legacy-context-breaks-graph",
+    description="dynamo cannot trace torch.<device>.amp.autocast: the legacy context breaks "
+                "the graph inside compiled code (the dtypes stay right, fullgraph=True raises)",
+    apply=_legacy_context_unsupported,
+    expect=("compile_regions scenario 'legacy_entry_point'", "compiled call raised Unsupported"),
+    select="test_compile_region and legacy_entry_point",
+))
+register(Mutant(
+    name="compile-cache-key-ignores-autocast-dtype",
+    description="the AOTAutograd cache key ignores the autocast dtype: a function compiled "
+                "afresh in a region of the other dtype is served the first region's artifact",
+    apply=_aot_cache_key_without_dtype,
+    expect=("compile_regions scenario 'recompiled_in_other_region'",
+            "inside an other-dtype region", "do not match"),
+    select="test_compile_region and recompiled_in_other_region and aot_eager",
+    options=("--amp-compile", "aot_eager"),
 ))
 register(Mutant(
     name="compile-region-leaks-on-raise",

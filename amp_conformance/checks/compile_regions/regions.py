@@ -25,7 +25,7 @@ import torch
 
 from amp_conformance.checks import compiling as backends
 from amp_conformance.checks import fake_casts
-from amp_conformance.checks.compile_regions import bodies
+from amp_conformance.checks.compile_regions import bodies, caches
 from amp_conformance.checks.compile_regions.bodies import Body, Env
 from amp_conformance.core import devices
 from amp_conformance.core.casting import map_tensors
@@ -96,7 +96,10 @@ class Scenario:
     - ``backends``: the backends it runs with, where not every one.
     - ``recompile``: each call compiles the function afresh (dynamo reset in between) with
       PyTorch's compile caches on, in a folder of the check's own: what one compile left
-      there must not serve a region it was not made for.
+      there must not serve a region it was not made for (:func:`aot_cache`).
+    - ``fullgraph``: compiled with ``fullgraph=True``, so a graph break is an error, not a
+      silent fall back to eager around it (the dtypes are right either way); False for the
+      functions that break the graph on purpose.
     """
 
     name: str
@@ -108,6 +111,7 @@ class Scenario:
     graphs: tuple[int, int] = (1, 1)
     known: tuple[tuple[str, str], ...] = ()
     recompile: bool = False
+    fullgraph: bool = True
     #: the backends it runs with (all where empty): a scenario of dynamo's own bytecode
     #: handling (graph breaks) gains nothing from a second backend
     backends: tuple[str, ...] = ()
@@ -141,10 +145,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              needs=frozenset({"other"}), graphs=(3, 4),
              known=(("*", "compile-stale-ambient-dtype"),)),
     Scenario("recompiled_in_other_region", bodies.plain, "the same function compiled afresh inside "
-             "a region of the other dtype, PyTorch's compile caches on: a cached artifact "
-             "serves only the region it was made for", calls=(AMP, OTHER), needs=frozenset(
-                 {"other"}), graphs=(2, 2), recompile=True,
-             known=(("inductor", "compile-cache-key-ignores-autocast-dtype"),)),
+             "a region of the other dtype, PyTorch's compile caches on (the AOTAutograd "
+             "cache reached): a cached artifact serves only the region it was made for",
+             calls=(AMP, OTHER), needs=frozenset({"other"}), graphs=(2, 2), recompile=True,
+             known=(("inductor", "compile-cache-key-ignores-autocast-dtype"),
+                    ("aot_eager", "compile-cache-key-ignores-autocast-dtype"))),
     Scenario("dtype_change_while_disabled", bodies.plain, "re-called after torch.set_autocast_dtype "
              "while autocast is off: code reading the autocast dtype must see the change",
              calls=(DEFAULT_AMP, DEFAULT_OTHER), needs=frozenset({"other"}), graphs=(1, 2),
@@ -164,25 +169,30 @@ SCENARIOS: tuple[Scenario, ...] = (
              "called positionally, by keyword and mixed inside compiled code, as a context "
              "manager and as a decorator, enabled with the cache off and disabled with it "
              "on"),
+    Scenario("decorated_calls", bodies.decorated_calls, "functions, methods, a module's "
+             "forward and a callable object decorated with torch.autocast (and the legacy "
+             "entry point) outside compiled code, called inside it, two of them inside a "
+             "region traced there", graphs=(1, 1)),
     Scenario("legacy_entry_point", bodies.legacy, "torch.<device>.amp.autocast inside compiled "
              "code", needs=frozenset({"inner", "legacy"})),
     Scenario("graph_break", bodies.graph_break, "a graph break inside a region: the resumed code "
-             "runs in the region, the code after it outside", graphs=(2, 3)),
+             "runs in the region, the code after it outside", graphs=(2, 3), fullgraph=False),
     Scenario("computing_break", bodies.computing_break("skipped_call", "enabled"), "a graph "
              "break that computes (a call dynamo skips) inside a region: the ops before, at "
-             "and after it run in the region", graphs=(2, 8), backends=("eager",)),
+             "and after it run in the region", graphs=(2, 8), backends=("eager",),
+             fullgraph=False),
     Scenario("computing_break_nested", bodies.computing_break("item_branch", "nested"), "a "
              "graph break that computes (.item() and a branch on it) inside a region of the "
              "other dtype nested in one", needs=frozenset({"inner", "other"}), graphs=(2, 8),
-             backends=("eager",)),
+             backends=("eager",), fullgraph=False),
     Scenario("computing_break_disabled", bodies.computing_break("tolist", "disabled"), "a "
              "graph break that computes (values read back to Python) inside an enabled=False "
-             "region nested in one", graphs=(2, 8), backends=("eager",)),
+             "region nested in one", graphs=(2, 8), backends=("eager",), fullgraph=False),
     Scenario("computing_break_decorator", bodies.computing_break("skipped_call", "decorator"),
              "a graph break that computes inside a function decorated with torch.autocast",
-             graphs=(2, 8), backends=("eager",)),
+             graphs=(2, 8), backends=("eager",), fullgraph=False),
     Scenario("error_at_graph_break", bodies.error_at_graph_break, "an exception raised by eager "
-             "code at a graph break inside a region", raises=KeyError),
+             "code at a graph break inside a region", raises=KeyError, fullgraph=False),
     Scenario("kernel_error", bodies.kernel_error, "an exception raised by a kernel inside a traced "
              "region", raises=bodies.KernelError,
              known=(("eager", "compile-region-leaks-on-raise"),)),
@@ -199,9 +209,12 @@ def other_dtype(target: Target, dtype: torch.dtype) -> torch.dtype | None:
     return others[0] if others else None
 
 
-def not_applicable(scenario: Scenario, target: Target, dtype: torch.dtype,
-                   backend: str) -> str | None:
-    """Why the scenario does not apply here, or None."""
+def not_applicable(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
+                   tier: str | None = None) -> str | None:
+    """Why the scenario does not apply here, or None (``tier``: the ``--amp-compile``
+    backend; None in the default run)."""
+    if scenario.recompile and caches.unreached(backend, tier):
+        return caches.unreached(backend, tier)
     if scenario.backends and backend not in scenario.backends:
         return (f"not applicable: the scenario checks how dynamo resumes at a graph break, the "
                 f"same for every backend; it runs with {', '.join(scenario.backends)}")
@@ -312,12 +325,15 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
     with target.tensors():
         x = _input(target)
         body = scenario.build(env)
-        with backends.compiling(caches=scenario.recompile) as stats:
-            compiled = torch.compile(body, backend=backend, dynamic=False)
+        with backends.compiling(caches=scenario.recompile) as stats, \
+                caches.reached(backend) if scenario.recompile else contextlib.nullcontext():
+            compiled = torch.compile(body, backend=backend, dynamic=False,
+                                     fullgraph=scenario.fullgraph)
             for i, ambient in enumerate(scenario.calls, 1):
                 if scenario.recompile and i > 1:  # a fresh compile; the caches stay
                     torch._dynamo.reset()
-                    compiled = torch.compile(body, backend=backend, dynamic=False)
+                    compiled = torch.compile(body, backend=backend, dynamic=False,
+                                             fullgraph=scenario.fullgraph)
                 eager = _call(body, x, ambient, env)
                 problems = _compare_call(eager, _call(compiled, x, ambient, env), scenario,
                                          numerics, target, backend)
@@ -325,6 +341,11 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
                     lines = "\n".join(f"  {p}" for p in problems)
                     raise ConformanceFailure(f"{where}:\n  call {i} of {len(scenario.calls)}, "
                                              f"{ambient.name}:\n{lines}")
+            if scenario.recompile and caches.lookups() < len(scenario.calls):
+                raise NotApplicable(
+                    f"not applicable: backend {backend} looked the AOTAutograd cache up "
+                    f"{caches.lookups()} time(s) in {len(scenario.calls)} fresh compiles: no "
+                    "artifact of it was served or refused")
             low, high = scenario.graphs
             blocked = backends.compiles_nothing() if stats.graphs == 0 else None
             if blocked:
