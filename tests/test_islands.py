@@ -5,6 +5,7 @@ as found."""
 
 import contextlib
 import dataclasses
+import io
 import re
 import warnings
 
@@ -17,6 +18,7 @@ from amp_conformance.checks.wrappers import (
     island,
     planted,
     planted_islands,
+    planted_shapes,
     runner,
     validate,
 )
@@ -436,3 +438,64 @@ def test_a_bad_shape_field_is_one_error_naming_it(field, value):
     with pytest.raises(DeclarationError) as info:
         validate(dataclasses.replace(MODULE, **{field: value}))
     assert info.value.field == field
+
+
+# -- a devices failure's reproduction (checks/wrappers/devices_repro.py) ------------------
+
+def _casts_by_cudas_flag(fn):
+    """A forward decorator that casts when CUDA's flag is on (``is_autocast_enabled()``)."""
+    def run(x, *args, **kwargs):
+        return fn(x.to(torch.bfloat16) if torch.is_autocast_enabled() else x, *args, **kwargs)
+    return run
+
+
+def _cuda_always(precision, device):
+    return torch.autocast("cuda", dtype=planted.PRECISIONS[precision])
+
+
+DEVICES_BROKEN = [
+    dataclasses.replace(planted.REFERENCE[0], name="region_reads", make=planted.nests_by_cuda_flag),
+    dataclasses.replace(planted.REFERENCE[0], name="region_changes", make=_cuda_always),
+    dataclasses.replace(planted.REFERENCE[1], name="forward_reads", decorate=_casts_by_cudas_flag),
+    dataclasses.replace(SOUND, name="island_reads", context=planted.island_of("reads_other")),
+    dataclasses.replace(planted.PLANTED[3], name="island_changes",
+                        build=lambda d: planted.leaves_through_other),
+    dataclasses.replace(RUNNER, name="runner_changes", runs=planted.run_in_cuda_region),
+    dataclasses.replace(planted_shapes.REFERENCE[0], name="swap_reads",
+                        make=planted_shapes.swap_of("reads_other")),
+    dataclasses.replace(planted_shapes.REFERENCE[1], name="predicate_reads",
+                        answers=planted_shapes.reads_other),
+]
+
+
+@pytest.mark.parametrize("decl", DEVICES_BROKEN, ids=lambda d: d.name)
+def test_a_devices_failure_reproduces_the_scenario_its_text_names(decl):
+    """Run as pasted (``decl`` bound), the reproduction prints, at the point the failure
+    names, what the failure says was seen there."""
+    case = next(c for c in cases([decl], "cpu", (torch.float16,)) if c.check == "devices")
+    before = AutocastState.capture("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.autocast("cuda") without CUDA warns
+        with pytest.raises(ConformanceFailure) as info:
+            check_devices(case)
+    text = str(info.value)
+    lines = text.split("\n")
+    # "<point>: <what was seen> instead of/, set to ...", or "it went another way: <point>
+    # instead of <the point the run without the other device's state reached>"
+    seen = lines[2].strip().removeprefix("it went another way: ")
+    point, observed = re.split(r": | instead of ", seen, maxsplit=1)
+    observed = re.split(r" instead of |, set to ", observed)[0] if ": " in seen else ""
+    code = [line[4:] for line in lines[lines.index("  reproduce:") + 1:]]
+    assert code[1].startswith("decl = ...")
+    cuda = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+    out = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out):
+            warnings.simplefilter("ignore")
+            exec("\n".join(code[:1] + code[2:]), {"decl": decl})  # noqa: S102 - the repro
+    finally:
+        torch.set_autocast_enabled("cuda", cuda[0])
+        torch.set_autocast_dtype("cuda", cuda[1])
+        before.restore()
+    printed = [line for line in out.getvalue().splitlines() if line.startswith(f"{point}: ")]
+    assert printed and observed in printed[0], (text, out.getvalue())

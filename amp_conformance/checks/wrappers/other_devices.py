@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 from amp_conformance.checks.wrappers import failure as F
 from amp_conformance.checks.wrappers import island as I
 from amp_conformance.checks.wrappers.cases import WrapperCase
+from amp_conformance.checks.wrappers.devices_repro import reproduction
 from amp_conformance.checks.wrappers.fake_device import on_device
 from amp_conformance.checks.wrappers.island_inputs import built
 from amp_conformance.checks.wrappers.region import kept, other_dtype, region
@@ -57,6 +58,26 @@ class _Seen:
 
 def _own(device: str) -> State:
     return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+
+class Shown(_Seen):
+    """A reproduction's eyes: at each point it prints what the check compares there (the
+    wrapper's own device's state, or what it looked at) and ``other``'s state, in the
+    words of the check's failure."""
+
+    def __init__(self, device: str, other: str):
+        super().__init__(device)
+        self.names = (other,)
+
+    def look(self, point: str, own: Any = None) -> None:
+        super().look(point, own)
+        print(f"{point}: {self.own[-1][1]!r}; " + "; ".join(
+            f"{d} {_state(s)}" for d, s in self.theirs[-1][1].items()))
+
+
+def computed(trace: I.Trace, out: Any) -> tuple[Any, ...]:
+    """What an island computed in: its ops' dtypes and its outputs'."""
+    return tuple(trace.ops), tuple(t.dtype for t in tensors_in(out))
 
 
 def _region(case: WrapperCase, seen: _Seen) -> None:
@@ -95,10 +116,10 @@ def _forward(case: WrapperCase, seen: _Seen) -> None:
                                         else case.amp_dtype)
     for name, context in (("in a region", t.autocast(case.amp_dtype)), ("outside", None)):
         with context or contextlib.nullcontext():
-            with _Looking(seen, f"{name}, in the decorated forward"):
+            with Looking(seen, f"{name}, in the decorated forward"):
                 decorated(x)
             seen.look(f"{name}, after the forward")
-            with contextlib.suppress(I.Raised), _Looking(seen, f"{name}, in the decorated "
+            with contextlib.suppress(I.Raised), Looking(seen, f"{name}, in the decorated "
                                                                "forward that raises"):
                 decorated(x, fail=True)
             seen.look(f"{name}, after the forward raised")
@@ -113,17 +134,16 @@ def _island(case: WrapperCase, seen: _Seen) -> None:
              I.activations(t, rules, made, case.amp_dtype)),
             ("outside", None, I.activations(t, rules, made, torch.float32))):
         with context or contextlib.nullcontext():
-            with _Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
+            with Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
                 out = island(*xs)
-            seen.look(f"{name}, what it computed in", (tuple(trace.ops), tuple(
-                t.dtype for t in tensors_in(out))))
+            seen.look(f"{name}, what it computed in", computed(trace, out))
             seen.look(f"{name}, after the island")
             with contextlib.suppress(I.Raised):
                 I.run_traced(island, xs, raise_first=True)
             seen.look(f"{name}, after an op inside the island raised")
 
 
-class _Looking(TorchFunctionMode):
+class Looking(TorchFunctionMode):
     """Looks at every device's state at each torch call inside the wrapper (above the
     dispatcher: below it, inside a dispatch mode, every autocast flag reads False)."""
 
@@ -196,16 +216,19 @@ def _state(s: State) -> str:
     return f"enabled={s[0]}, dtype={devices.dtype_name(s[1])}"
 
 
-def _differs(a: _Seen, b: _Seen) -> str | None:
+def _differs(a: _Seen, b: _Seen) -> tuple[str, str] | None:
+    """Where ``b``'s run first differs from ``a``'s on the wrapper's own device: the point,
+    and the difference described."""
     for (point, mine), (other, theirs) in zip(a.own, b.own, strict=False):
         if point != other:
-            return f"it went another way: {other} instead of {point}"
+            return point, f"it went another way: {other} instead of {point}"
         if mine != theirs:
-            return f"{point}: {theirs!r} instead of {mine!r}"
+            return point, f"{point}: {theirs!r} instead of {mine!r}"
     if len(a.own) != len(b.own):
         longer = a.own if len(a.own) > len(b.own) else b.own
-        return (f"it made {len(b.own)} torch calls instead of {len(a.own)}; the first not "
-                f"in both: {longer[min(len(a.own), len(b.own))][0]}")
+        point = longer[min(len(a.own), len(b.own))][0]
+        return point, (f"it made {len(b.own)} torch calls instead of {len(a.own)}; the first "
+                       f"not in both: {point}")
     return None
 
 
@@ -217,47 +240,32 @@ def check_devices(case: WrapperCase) -> None:
     with on_device(I.target(case)):
         base_state = dict.fromkeys(names, tried[0])
         base = observe(case, base_state)
-        changed = _changed(base, base_state)
+        changed, under = _changed(base, base_state), tried[0]
         for setting in tried[1:]:
             every = dict.fromkeys(names, setting)
             seen = observe(case, every)
-            changed = changed or _changed(seen, every)
+            if not changed:
+                changed, under = _changed(seen, every), setting
             if _differs(base, seen) is not None:
                 _fail_reads(case, base, setting, names)
     if changed:
         culprits = sorted({c.split(": ")[1].split(" ")[0] for c in changed})
         F.fail(case, F.CHANGES_OTHER, [f"it changed {', '.join(culprits)}'s autocast state",
-                                       *changed[:6]], _lines(case, culprits[0]))
+                                       *changed[:6]],
+               reproduction(case, culprits[0], under, changed[0].split(": ")[0]))
 
 
 def _fail_reads(case: WrapperCase, base: _Seen, setting: State, names: tuple[str, ...]) -> None:
     """Find the device whose state alone changes what the wrapper does, and fail naming it."""
-    read, detail = [], ""
+    read, point, detail = [], "", ""
     for d in names:
         one = {n: settings(case.amp_dtype)[0] for n in names} | {d: setting}
         difference = _differs(base, observe(case, one))
         if difference is not None:
             read.append(d)
-            detail = detail or difference
+            point, detail = (point, detail) if detail else difference
     who = ", ".join(read) if read else "a combination of " + ", ".join(names)
     F.fail(case, F.READS_OTHER, [
         f"with {who}'s autocast state {_state(setting)}, it does something else on "
         f"{case.device}: it reads {who}'s state", detail or "(only all of them together)"],
-        _lines(case, read[0] if read else names[0], setting))
-
-
-def _lines(case: WrapperCase, other: str, setting: State | None = None) -> list[str]:
-    enabled, dtype = setting or (True, other_dtype(case.amp_dtype))
-    state = (f"print(torch.is_autocast_enabled({case.device!r}), "
-             f"torch.is_autocast_enabled({other!r}))")
-    run = {"region": [f"with decl.make({case.precision!r}, {case.device!r}):", f"    {state}"],
-           "runner": [f"decl.runs(lambda: {state}, {case.precision!r}, {case.device!r})"],
-           "forward": ["print(decl.decorate(lambda x: x.dtype)(torch.ones(2, device="
-                       f"{case.device!r})))"],
-           "island": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",
-                      f"    print(decl.island({case.device!r})(*decl.inputs({case.device!r})))"],
-           "swap": [f"with torch.autocast({case.device!r}, dtype={case.amp_dtype}):",
-                    f"    with decl.make({case.device!r}):", f"        {state}"],
-           "predicate": [f"print(decl.answers(torch.ones(2, device={case.device!r})))"]}
-    return [f"torch.set_autocast_enabled({other!r}, {enabled}); "
-            f"torch.set_autocast_dtype({other!r}, {dtype})", *run[case.kind]]
+        reproduction(case, read[0] if read else names[0], setting, point))
