@@ -92,6 +92,7 @@ def test_the_family_has_its_mutants():
     assert MINE == ["custom_ops-autocast-kernel-unreached",
                     "custom_ops-register_autocast-refuses-device",
                     "custom_ops-rule-casts-float64", "custom_ops-rule-casts-nothing",
+                    "custom_ops-rule-casts-through-other-dtype",
                     "custom_ops-rule-cuts-gradient"]
 
 

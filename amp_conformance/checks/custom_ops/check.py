@@ -62,7 +62,7 @@ def inputs(target: Target, amp_dtype: torch.dtype) -> tuple[torch.Tensor | None,
 
 def _expected(args: tuple[torch.Tensor | None, ...], cast: torch.dtype, device: str
               ) -> tuple[torch.dtype | None, ...]:
-    return ops._dtypes(*hand_cast(args, cast, device))
+    return ops.dtypes_of(*hand_cast(args, cast, device))
 
 
 def _show(dtypes: tuple[torch.dtype | None, ...]) -> str:
@@ -105,12 +105,13 @@ def check_forward(target: Target, route: Route, amp_dtype: torch.dtype,
     dtype; with values, its output equals the op called with autocast off on inputs cast
     by hand."""
     device, problems = target.device, []
+    where = _where(route, target, amp_dtype)
     with unchanged_autocast_state(device, "the check"), target.tensors(), \
             _registered(route, target, amp_dtype) as registered:
-        where = _where(route, target, amp_dtype)
         args = inputs(target, amp_dtype)
         for label, cast in casts(amp_dtype).items():
             what = f"{where}, rule {label} (cast_inputs={cast})"
+            before = len(problems)
             ops.SEEN.clear()
             with target.autocast(amp_dtype):
                 out = _call(registered[label], args, what)
@@ -122,7 +123,7 @@ def check_forward(target: Target, route: Route, amp_dtype: torch.dtype,
                                 f"rule gives ({_show(expected)})")
             if out.dtype != cast:
                 problems.append(f"rule {label}: the op returned {out.dtype}, expected {cast}")
-            if target.has_values and not problems:
+            if target.has_values and len(problems) == before:
                 control = _call(registered[label], hand_cast(args, cast, device),
                                 f"{what}, the hand-cast control")
                 try:
@@ -139,9 +140,9 @@ def check_backward(target: Target, route: Route, amp_dtype: torch.dtype,
     """Backward (outside the region) reaches a and b in their own dtypes, with the hand-cast
     control's gradients."""
     device, problems = target.device, []
+    where = _where(route, target, amp_dtype)
     with unchanged_autocast_state(device, "the check"), \
             _registered(route, target, amp_dtype) as registered:
-        where = _where(route, target, amp_dtype)
         for label, cast in casts(amp_dtype).items():
             what = f"{where}, rule {label} (cast_inputs={cast}), backward"
             a, b, *rest = inputs(target, amp_dtype)

@@ -1,7 +1,7 @@
 """Mutants of a custom op's autocast rule: the registration refused for the device (as
 releases before pytorch PR #183689 refused every device but cpu and cuda), the rule's cast
-doing nothing, casting float64 too or cutting the gradient, and the dispatcher never
-reaching a custom op's Autocast<Device> kernel.
+doing nothing, casting float64 too, rounding twice or cutting the gradient, and the
+dispatcher never reaching a custom op's Autocast<Device> kernel.
 """
 
 from __future__ import annotations
@@ -42,6 +42,19 @@ def _casts_float64(original: Callable) -> Callable:
         if isinstance(value, (list, tuple)):
             return type(value)(_cast(v, device_type, dtype) for v in value)
         return original(value, device_type, dtype)
+    return _cast
+
+
+def _casts_through_other(original: Callable) -> Callable:
+    """The right dtype, reached through the other lower-precision one (rounded twice)."""
+    def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(_cast(v, device_type, dtype) for v in value)
+        cast = original(value, device_type, dtype)
+        if cast is value or dtype not in (torch.float16, torch.bfloat16):
+            return cast
+        through = torch.bfloat16 if dtype == torch.float16 else torch.float16
+        return value.to(through).to(dtype)
     return _cast
 
 
@@ -88,6 +101,14 @@ register(Mutant(
     description="a custom op's register_autocast rule casts float64 inputs too",
     apply=_on_cast(_casts_float64),
     expect=("rule to_float32: the op received", "d float32"),
+    select="test_custom_op_autocast",
+))
+register(Mutant(
+    name="custom_ops-rule-casts-through-other-dtype",
+    description="a custom op's register_autocast rule reaches the cast dtype through the "
+                "other lower-precision one: the dtypes are right, the values rounded twice",
+    apply=_on_cast(_casts_through_other),
+    expect="rule to_amp: output vs the hand-cast control",
     select="test_custom_op_autocast",
 ))
 register(Mutant(

@@ -36,19 +36,20 @@ def namespace() -> str:
     return f"amp_conformance_ops_{os.getpid()}"
 
 
-def _dtypes(*tensors: torch.Tensor | None) -> tuple[torch.dtype | None, ...]:
+def dtypes_of(*tensors: torch.Tensor | None) -> tuple[torch.dtype | None, ...]:
+    """What :data:`SEEN` records of a call: each argument's dtype, None for an absent one."""
     return tuple(None if t is None else t.dtype for t in tensors)
 
 
 def _impl(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, i: torch.Tensor,
           o: torch.Tensor | None) -> torch.Tensor:
-    SEEN.append(_dtypes(a, b, d, i, o))
+    SEEN.append(dtypes_of(a, b, d, i, o))
     return torch.mm(a, b.to(a.dtype))
 
 
 def _fake(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, i: torch.Tensor,
           o: torch.Tensor | None) -> torch.Tensor:
-    SEEN.append(_dtypes(a, b, d, i, o))
+    SEEN.append(dtypes_of(a, b, d, i, o))
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
