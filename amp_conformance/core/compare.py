@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from amp_conformance.core.casting import tensors_in
-from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.casting import map_tensors, tensors_in
+from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.modes import outside_modes
 
 
@@ -30,12 +30,37 @@ def compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str
         _compare(actual, expected, numerics, tolerance, what, hosts)
 
 
+def close(actual: Any, expected: Any, **tolerances: Any) -> str | None:
+    """``torch.testing.assert_close`` of two outputs (tensors, or nested) on the host: None where they agree,
+    else its message. Both are read back first: the message prints values, and printing a
+    device's tensor calls the device's own ops (``abs``, comparisons) in its dtype, which a
+    failing backend may lack; a tensor that cannot be read back is the item's failure."""
+    hosts = {**_read_back(actual), **_read_back(expected)}
+    with outside_modes():
+        try:
+            torch.testing.assert_close(map_tensors(lambda t: hosts.get(id(t), t), actual),
+                                       map_tensors(lambda t: hosts.get(id(t), t), expected),
+                                       **tolerances)
+        except AssertionError as exc:
+            return str(exc)
+    return None
+
+
 def _read_back(value: Any) -> dict[int, torch.Tensor]:
     """id -> a host copy of each tensor in ``value`` that is not on the host, read back
-    through its backend (inside its modes: some backends compute only there)."""
+    through its backend (inside its modes: some backends compute only there); one that
+    cannot be is a :class:`ConformanceFailure` (the item's, whatever the backend raised)."""
     with outside_modes():
         away = [t for t in tensors_in(value) if t.device.type != "cpu"]
-    return {id(t): t.detach().cpu() for t in away}
+    hosts = {}
+    for t in away:
+        try:
+            hosts[id(t)] = t.detach().cpu()
+        except Exception as exc:  # noqa: BLE001 - whatever the backend raises
+            raise ConformanceFailure(f"a {str(t.dtype).removeprefix('torch.')} tensor of "
+                                     f"{t.device} could not be read back to the host: "
+                                     f"{describe_error(exc, 200)}") from exc
+    return hosts
 
 
 def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: str,
@@ -55,7 +80,8 @@ def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: st
             raise ConformanceFailure(f"{what}: not equal ({mode}):\n{exc}") from None
     elif isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
-            raise ConformanceFailure(f"{what}: got {actual!r}, expected {len(expected)} outputs")
+            raise ConformanceFailure(f"{what}: got {_short(actual)}, expected {len(expected)} "
+                                     "outputs")
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             _compare(a, e, numerics, tolerance, f"{what}[{i}]", hosts)
     elif isinstance(expected, dict):
@@ -64,7 +90,18 @@ def _compare(actual: Any, expected: Any, numerics: str, tolerance: Any, what: st
         for key, e in expected.items():
             _compare(actual[key], e, numerics, tolerance, f"{what}[{key!r}]", hosts)
     elif actual != expected:
-        raise ConformanceFailure(f"{what}: got {actual!r}, expected {expected!r}")
+        raise ConformanceFailure(f"{what}: got {_short(actual)}, expected {_short(expected)}")
+
+
+def _short(value: Any) -> str:
+    """A bounded description that asks no device for anything (a tensor's repr would)."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"a {dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _keys(value: Any) -> str:

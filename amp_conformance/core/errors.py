@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 
 class ConformanceFailure(AssertionError):
     """An autocast behaviour that departs from what is expected."""
+
+
+#: the user property an excused item carries: {mechanism, evidence} (plugin/excuses.py)
+EXCUSE_PROPERTY = "amp_excuse"
 
 
 class NotApplicable(Exception):
@@ -74,3 +82,88 @@ def missing_kernel(error: BaseException | str | None) -> str | None:
         error = error.__cause__ or error.__context__
     found = _NO_KERNEL.search(error) if isinstance(error, str) else None
     return _op_of(found) if found else None
+
+
+#: the packages whose exceptions are never a backend's own words
+_NOT_BACKEND = frozenset({"builtins", "torch", "amp_conformance", "_pytest", "pytest",
+                          "hypothesis", "numpy", "pluggy"})
+_ATEN = re.compile(r"\baten::[\w.]+")
+
+
+def refused_op(error: BaseException | None) -> str | None:
+    """The op (``aten::X``) that an exception of the backend's own class (one no package of
+    torch, the suite or Python defines), raised or one it was raised from, names: the
+    backend saying in its own words that it cannot run it; else None."""
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if type(error).__module__.split(".")[0] not in _NOT_BACKEND:
+            named = _ATEN.search(str(error))
+            if named:
+                return named.group(0)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def chain(error: BaseException | None) -> Iterator[BaseException]:
+    """The exception, those it was raised from or during, and the members of a group
+    (Hypothesis reports several distinct failures as one), each once."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        exc = pending.pop(0)
+        if not isinstance(exc, BaseException) or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        yield exc
+        pending.extend([exc.__cause__, exc.__context__,
+                        *(getattr(exc, "exceptions", None) or ())])
+
+
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How a call failed: what the backend (or the check) raised, the op it names and its
+    first line (with the next, where the first only introduces it: a check's verdict), numbers
+    masked (ids, addresses, sizes differ per call)."""
+
+    kind: str
+    op: str | None
+    line: str
+
+
+def signature(error: BaseException) -> Signature:
+    members = getattr(error, "exceptions", None)
+    line = _NUMBER.sub("N", first_line(headline(str(error)), 300))  # the telling line
+    if members:  # Hypothesis's distinct failures: the group is the set of them
+        line += " [" + "; ".join(sorted(str(signature(m)) for m in members)) + "]"
+    return Signature(type(error).__name__, missing_kernel(error) or refused_op(error), line)
+
+
+def same_way(original: BaseException, again: BaseException) -> bool:
+    """Whether ``again`` is the failure ``original`` was, or one it was raised from, or the
+    one its check quotes (``… raised Type: line``)."""
+    want = signature(again)
+    if any(signature(e) == want for e in chain(original)):
+        return True
+    quoted = _NUMBER.sub("N", " ".join(describe_error(again).split())[:120])
+    return len(quoted) >= 24 and quoted in _NUMBER.sub("N", " ".join(str(original).split()))
+
+
+def release_frames(error: BaseException | None) -> None:
+    """Let go of what a failure's frames hold: its locals live as long as its traceback
+    (pytest keeps the last one, Hypothesis its own), and among them may be a guard that
+    changes the thread's state while it lives (torch's tensor printing turns torch.func off
+    for its extent)."""
+    for exc in chain(error):
+        tb = exc.__traceback__
+        while tb is not None:
+            with contextlib.suppress(RuntimeError):  # a frame still executing keeps its own
+                tb.tb_frame.clear()
+                # Python 3.11 keeps a snapshot of the locals once read (pytest reads them for
+                # __tracebackhide__): reading them again after clear() drops what it held
+                tb.tb_frame.f_locals  # noqa: B018
+            tb = tb.tb_next
+    gc.collect()

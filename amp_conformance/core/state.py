@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -93,6 +94,68 @@ class AutocastState:
             if getattr(self, name) != getattr(other, name):
                 changes.append(f"{name}: {getattr(self, name)} before, {getattr(other, name)} after")
         return changes
+
+
+def _keys(keys: Any) -> frozenset[str]:
+    """The names of a dispatch key set but autocast's (:class:`AutocastState` owns those)."""
+    text = str(keys)
+    names = text[text.find("(") + 1: text.rfind(")")].split(",")
+    return frozenset(n.strip() for n in names if n.strip() and not n.strip().startswith("Autocast"))
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """What else of the thread a failure can leave behind for every later item: dispatch
+    keys included or excluded (a guard kept alive by a traceback: torch's tensor printing
+    turns ``torch.func`` off while it lives), torch.func's interpreter stack, the mode
+    stacks and the print options."""
+
+    included: frozenset[str]
+    excluded: frozenset[str]
+    transforms: int
+    dispatch_modes: int
+    function_modes: int
+    print_options: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def capture(cls) -> ThreadState:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        return cls(included=_keys(torch._C._dispatch_tls_local_include_set()),
+                   excluded=_keys(torch._C._dispatch_tls_local_exclude_set()),
+                   transforms=torch._C._functorch.get_dynamic_layer_stack_depth(),
+                   dispatch_modes=len(_get_current_dispatch_mode_stack()),
+                   function_modes=torch._C._len_torch_function_stack(),
+                   print_options=tuple(sorted(vars(torch._tensor_str.PRINT_OPTS).items())))
+
+    def diff(self, other: ThreadState) -> list[str]:
+        """What changed from this state to ``other``, one phrase per field."""
+        changes = []
+        for name in ("included", "excluded"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            gained, lost = theirs - mine, mine - theirs
+            if gained or lost:
+                changes.append(f"dispatch keys {name}: " + ", ".join(
+                    [f"+{k}" for k in sorted(gained)] + [f"-{k}" for k in sorted(lost)]))
+        for name, what in (("transforms", "torch.func transforms active"),
+                           ("dispatch_modes", "dispatch modes"),
+                           ("function_modes", "torch function modes")):
+            if getattr(self, name) != getattr(other, name):
+                changes.append(f"{what}: {getattr(self, name)} before, {getattr(other, name)} after")
+        if self.print_options != other.print_options:
+            changes.append("print options changed")
+        return changes
+
+    def restore(self) -> None:
+        """Put back what can be put back (keys, print options); modes and transforms left
+        entered cannot be, and the diff names them."""
+        now = ThreadState.capture()
+        for name, setter in (("included", torch._C._dispatch_tls_set_dispatch_key_included),
+                             ("excluded", torch._C._dispatch_tls_set_dispatch_key_excluded)):
+            for key in getattr(now, name) ^ getattr(self, name):
+                setter(getattr(torch._C.DispatchKey, key), key in getattr(self, name))
+        for field_name, value in self.print_options:
+            setattr(torch._tensor_str.PRINT_OPTS, field_name, value)
 
 
 class StateLeak(AssertionError):

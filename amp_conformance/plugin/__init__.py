@@ -7,13 +7,15 @@ device when the run collects the conformance suite.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from amp_conformance.checks import profiles
 from amp_conformance.core import dispatch
-from amp_conformance.core.errors import NotApplicable
-from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
+from amp_conformance.core.errors import NotApplicable, release_frames
+from amp_conformance.core.state import AutocastState, ThreadState, grad_and_dtype_restored
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
 from amp_conformance.plugin.items import is_conformance
@@ -126,7 +128,9 @@ def amp_settings(request: pytest.FixtureRequest) -> Settings:
 @pytest.fixture(autouse=True)
 def _amp_isolation(request: pytest.FixtureRequest):
     """Give every conformance item a clean slate and restore it afterwards, pass or fail:
-    autocast state of every device type, cache flag, nesting, grad mode, default dtype.
+    autocast state of every device type, cache flag, nesting, grad mode, default dtype, and
+    the thread's dispatch keys, transforms, modes and print options (a failed item's frames,
+    which pytest keeps, are let go first: they may hold a guard that changes them).
 
     An item that leaves autocast state behind (a kernel that turns another device's
     autocast on, a dtype switched inside a region and never put back) errors at teardown,
@@ -137,14 +141,18 @@ def _amp_isolation(request: pytest.FixtureRequest):
         return
     device = settings(request.config).device
     with grad_and_dtype_restored():
-        before = AutocastState.capture(device)
+        before, thread = AutocastState.capture(device), ThreadState.capture()
         try:
             yield
         finally:
             leaked = before.diff(AutocastState.capture(device))
             before.restore()
+            if thread.diff(ThreadState.capture()):  # a failure's frames may hold a guard
+                release_frames(getattr(sys, "last_value", None))
+                leaked += thread.diff(ThreadState.capture())
+                thread.restore()
         if leaked:
-            pytest.fail(f"autocast state leaked by {request.node.nodeid}: " + "; ".join(leaked)
+            pytest.fail(f"state leaked by {request.node.nodeid}: " + "; ".join(leaked)
                         + " (restored; the item must leave the state as it found it)",
                         pytrace=False)
 

@@ -23,11 +23,9 @@ worker "crashed" in once more (``--dist loadscope``, ``loadfile``, ``loadgroup``
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 import pytest
 import torch
 
-from amp_conformance.core.errors import describe_error, headline
+from amp_conformance.core.errors import describe_error, headline, release_frames
 from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.items import LOST_PROPERTY, has_conformance_items, is_conformance
 from amp_conformance.plugin.session_settings import settings
@@ -280,11 +278,7 @@ def _failure(call: pytest.CallInfo) -> str | None:
 
 def _release(call: pytest.CallInfo) -> Callable[[], None]:
     """What lets go of the tensors a failed item's frames hold (its report is made)."""
-    def release() -> None:
-        if call.excinfo is not None:
-            traceback.clear_frames(call.excinfo.tb)
-        gc.collect()
-    return release
+    return lambda: release_frames(call.excinfo.value if call.excinfo is not None else None)
 
 
 class Watch:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from amp_conformance.core.errors import EXCUSE_PROPERTY as _EXCUSE
+
 MARKER = "amp_check"
 #: the user properties a conformance item's reports may carry, read by the report:
 #: what the item is (set at collection),
@@ -26,6 +28,8 @@ DEFECT_PROPERTY = "amp_defect"
 OPINFO_PROPERTY = "amp_opinfo"
 #: that the device was lost during it (plugin.health)
 LOST_PROPERTY = "amp_device_lost"
+#: the excuse it was granted, its mechanism and evidence (plugin.excuses)
+EXCUSE_PROPERTY = _EXCUSE
 
 
 def check_of(item: pytest.Item) -> str | None:

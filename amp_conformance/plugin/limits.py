@@ -7,16 +7,18 @@ the thread that entered them. A check that meets such a limit learns nothing of 
 and its item must not fail as if it had found a departure. Where a conformance item fails
 and the vendor declared nothing about the capability, the limit's probe runs (once per
 process, in the main thread, only after a failure: a conforming device pays nothing): a
-few lines that need the capability and nothing else. If the probe fails too, the item is
-a not-applicable skip naming the limit and the probe's evidence, when the item needs the
-capability (its check's or its ``amp_needs`` marker) or failed with the probe's own error.
+few lines that need the capability and nothing else (a probe that fails before reaching
+it, in a forward or on a kernel the device lacks, is no evidence). If the probe fails too,
+and the item needs the capability (its check's or its ``amp_needs`` marker) or failed the
+probe's own way (class, op and first line), the item is a not-applicable skip naming the
+limit and the probe's evidence, once its own failure is proved not autocast's
+(:mod:`amp_conformance.plugin.excuses`: a probe is evidence of the device, not of the item).
 The report counts these skips per limit (``causes.limits``); a vendor who knows the limit
 declares it (``--capabilities``: ``autograd = false``) and the items skip without running.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -26,7 +28,9 @@ import pytest
 import torch
 
 from amp_conformance.checks import registry
-from amp_conformance.core.errors import describe_error, first_line, missing_kernel
+from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.errors import chain, describe_error, missing_kernel, refused_op, signature
+from amp_conformance.plugin import excuses
 from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
 from amp_conformance.plugin.vendor import declarations
@@ -70,8 +74,6 @@ def _autograd(device: str) -> None:
                 raise _Shown("x.grad is None after backward()")
             moved.backward()
         except Exception as exc:
-            from amp_conformance.plugin.missing_kernels import refused_op  # after pytest's rewrite
-
             if missing_kernel(exc) or refused_op(exc):  # a kernel it lacks, again
                 raise _NoEvidence from exc
             raise
@@ -149,22 +151,9 @@ def _probe(limit: Limit, device: str) -> BaseException | None:
     return None
 
 
-def _words(text: str) -> str:
-    """A message without what differs per call: numbers, names in parentheses."""
-    return re.sub(r"\s+", " ", re.sub(r"\([^)]*\)|\d+", "", first_line(text))).strip()
-
-
-def _same_error(error: BaseException, said: str, evidence: BaseException) -> bool:
-    words = _words(str(evidence))
-    if len(words) < 12:  # too short to tell one error from another
-        return False
-    seen: set[int] = set()
-    while isinstance(error, BaseException) and id(error) not in seen:
-        seen.add(id(error))
-        if _words(str(error)) == words:
-            return True
-        error = error.__cause__ or error.__context__
-    return words in _words(said.replace("\n", " "))
+def _probe_failure(error: BaseException, evidence: BaseException) -> bool:
+    """Whether the item failed the way the probe did: the same class, op and first line."""
+    return any(signature(e) == signature(evidence) for e in chain(error))
 
 
 def needs(item: pytest.Item) -> set[str]:
@@ -196,11 +185,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
         evidence = shown(limit, run.device)
         if evidence is None:
             continue
-        if limit.capability in wanted or _same_error(call.excinfo.value, str(report.longrepr),
-                                                     evidence):
-            _path, line, _ = item.location
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), (line or 0) + 1,
-                               message(run.device, limit, evidence))
+        if limit.capability in wanted or _probe_failure(call.excinfo.value, evidence):
+            said = message(run.device, limit, evidence)
+            reaches = _gradients_reach(item, run.device) if limit.capability == "autograd" else None
+            if reaches:  # evidence of the item: the probe's is the device's
+                excuses.refuse(report, "limit", said, reaches)
+            else:
+                excuses.excuse(item, report, call, "limit", said)
             break
     return report
+
+
+def _gradients_reach(item: pytest.Item, device: str) -> str | None:
+    """Where an op-list item's own call, outside autocast on its inputs as made, gives one
+    of its float32 inputs of the device a gradient: autograd reaches its tensors, whatever
+    the probe met (a quirk of its own); that evidence, else None."""
+    from amp_conformance.checks.reproduction import callables
+
+    case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
+    if case is None:
+        return None
+    try:
+        with torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args, kwargs = case.build_inputs()
+            leaves = [t.requires_grad_() for t in tensors_in((args, kwargs)) if t.is_leaf
+                      and t.dtype == torch.float32 and t.device.type == device]
+            out = callables(case)[0][1](*args, **kwargs)
+            floats = [o.float().sum() for o in tensors_in(out) if o.requires_grad]
+            if not leaves or not floats:
+                return None
+            sum(floats).backward()
+    except Exception:  # noqa: BLE001 - the call or its backward fails: no evidence against
+        return None
+    if any(leaf.grad is not None for leaf in leaves):
+        return ("its own call outside autocast gives its float32 inputs gradients: autograd "
+                "reaches its tensors, so the limit does not excuse its failure")
+    return None

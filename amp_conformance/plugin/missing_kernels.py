@@ -12,8 +12,9 @@ dtype, the item says "``<device>`` cannot run ``X`` (outside autocast too): <wha
 raised>" (``X`` the ``aten::`` op its error names, else the entry's op). Each is a failure
 where the op is in the device's policy (an op of its op lists, the item's own op, or one its
 own call cannot run without: conv2d at ``aten::convolution``), a not-applicable skip where
-the check only needs it as a tool (GradScaler's kernels for a training check,
-``aten::isfinite`` for a comparison). Either way the causes table
+the check only needs it as a tool (GradScaler's kernels for a training check), once the
+item's failure is proved not autocast's (:mod:`amp_conformance.plugin.excuses`: an autocast
+kernel that calls an op the device lacks names that op too). Either way the causes table
 groups the items one row per op (:mod:`amp_conformance.plugin.report.causes`). An item the
 vendor declared an expected failure keeps its verdict, and so does one of a check that
 needs a capability (sparse gradients): the kernels it lacks are what the capability
@@ -32,7 +33,13 @@ import pytest
 from amp_conformance.checks import registry
 from amp_conformance.checks.case import load_oplist
 from amp_conformance.core.casting import hand_cast, settle
-from amp_conformance.core.errors import ConformanceFailure, describe_error, missing_kernel
+from amp_conformance.core.errors import (
+    ConformanceFailure,
+    describe_error,
+    missing_kernel,
+    refused_op,
+)
+from amp_conformance.plugin import excuses
 from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
 
@@ -40,25 +47,7 @@ from amp_conformance.plugin.session_settings import settings
 PHRASE = "has no kernel for"
 CANNOT = "cannot run"
 _ATEN = re.compile(r"\baten::[\w.]+")
-#: the packages whose exceptions are never a backend's own words
-_NOT_BACKEND = frozenset({"builtins", "torch", "amp_conformance", "_pytest", "pytest",
-                          "hypothesis", "numpy", "pluggy"})
 OWN = "an op of its autocast policy"
-
-
-def refused_op(error: BaseException | None) -> str | None:
-    """The op (``aten::X``) that an exception of the backend's own class (one no package of
-    torch, the suite or Python defines), raised or one it was raised from, names: the
-    backend saying in its own words that it cannot run it; else None."""
-    seen: set[int] = set()
-    while isinstance(error, BaseException) and id(error) not in seen:
-        seen.add(id(error))
-        if type(error).__module__.split(".")[0] not in _NOT_BACKEND:
-            named = _ATEN.search(str(error))
-            if named:
-                return named.group(0)
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def base_name(op: str) -> str:
@@ -173,10 +162,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if policy is not None:
         report.longrepr = f"{message(device, op, policy, phrase)}\n{report.longrepr}"
     else:
-        _path, line, _ = item.location
-        report.outcome = "skipped"
         said = message(device, op, None, phrase)
         if phrase == CANNOT:  # the backend's own words, which no other line of the skip keeps
             said += f": {describe_error(error, 200)}"
-        report.longrepr = (str(item.path), (line or 0) + 1, said)
+        excuses.excuse(item, report, call, "missing kernel", said)
     return report

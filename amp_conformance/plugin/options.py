@@ -89,6 +89,12 @@ _OPTIONS = {
         help="exit 0 even when every selected conformance item was skipped (by default such "
              "a run ends with exit status 5: it proves nothing)",
     ),
+    "--amp-no-excuses": dict(
+        dest="amp_no_excuses", action="store_true", default=False,
+        help="excuse no failure: an item the suite would skip as the backend's limit, a "
+             "kernel a check needs as a tool or a transform's own departure (each proved "
+             "independent of autocast) fails instead, naming the excuse and its proof",
+    ),
     "--amp-resume": dict(
         dest="amp_resume", default=None, metavar="PATH",
         help="deselect the items whose pytest node ids PATH lists, one a line: those an "

@@ -19,12 +19,33 @@ from typing import Any
 import pytest
 
 from amp_conformance.checks import registry
+from amp_conformance.core.errors import first_line, headline
 from amp_conformance.plugin.report import causes
+from amp_conformance.plugin.report.banner import excused_line
 from amp_conformance.plugin.report.collect import tally
 from amp_conformance.plugin.xdist_roles import is_worker
 
 #: a tier of fewer items than this says too little to call its skips a setup error
 MIN_ITEMS = 2
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ANN201
+    """A failure that is several (Hypothesis's distinct failures) names each in its
+    message's first line, which the causes table groups by."""
+    report = yield
+    group = call.excinfo.value if call.excinfo is not None else None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if report.failed and isinstance(group, BaseExceptionGroup) and crash is not None:
+        crash.message = distinct(group)
+    return report
+
+
+def distinct(group: BaseExceptionGroup) -> str:
+    """``"Hypothesis found 2 distinct failures: (1) Type: line; (2) Type: line"``."""
+    said = [headline(f"{type(e).__name__}: {e}") for e in group.exceptions]
+    return (f"{first_line(group.message).rstrip('.')}: "
+            + "; ".join(f"({i}) {line}" for i, line in enumerate(said, 1)))
 
 
 def rows(config: pytest.Config) -> list[dict[str, Any]]:
@@ -59,7 +80,12 @@ def setup_errors(items: list[dict[str, Any]]) -> list[str]:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if is_worker(config):
         return
-    grouped = causes.group(rows(config))
+    found = rows(config)
+    said = excused_line({"results": found})
+    if said:  # what a green verdict did not check, and why (plugin/excuses.py)
+        terminalreporter.write_sep("-", f"amp-conformance: {said} (each proved independent of "
+                                        "autocast; --amp-no-excuses fails them)")
+    grouped = causes.group(found)
     if grouped:
         terminalreporter.write_sep("-", f"amp-conformance: {causes.headcount(grouped)}, "
                                         "largest first")

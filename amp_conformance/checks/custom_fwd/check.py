@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_leaves
 from amp_conformance.checks import statistics, strategies
 from amp_conformance.core import devices
 from amp_conformance.core.casting import is_eligible
+from amp_conformance.core.compare import close
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.probes import probe
 from amp_conformance.core.state import grad_and_dtype_restored, unchanged_autocast_state
@@ -111,11 +112,9 @@ def received_problems(
             return [f"{path}: {_tensor_text(sent)} should arrive cast to {cast_to}, got "
                     f"{_tensor_text(got)}"]
         if values and sent.device.type != "meta":
-            try:
-                torch.testing.assert_close(got, sent.to(cast_to), rtol=0, atol=0,
-                                           equal_nan=True)
-            except AssertionError as exc:
-                return [f"{path}: the values differ from Tensor.to({cast_to}): {exc}"]
+            said = close(got, sent.to(cast_to), rtol=0, atol=0, equal_nan=True)
+            if said is not None:
+                return [f"{path}: the values differ from Tensor.to({cast_to}): {said}"]
         return []
     if isinstance(sent, (list, tuple)):
         if type(got) is not type(sent) or len(got) != len(sent):

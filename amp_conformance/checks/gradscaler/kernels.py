@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.gradscaler.cases import VIEWS, Grad, UnscaleCase, UpdateCase
-from amp_conformance.core.compare import tolerance_kwargs
+from amp_conformance.core.compare import close, tolerance_kwargs
 from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.target import Target
 from amp_conformance.schema.versions import release
@@ -81,12 +81,7 @@ def reference(view: torch.Tensor, inv_scale: float) -> torch.Tensor:
 
 
 def _mismatch(actual: torch.Tensor, expected: torch.Tensor, numerics: str) -> str | None:
-    try:
-        torch.testing.assert_close(actual, expected, equal_nan=True,
-                                   **tolerance_kwargs(numerics))
-    except AssertionError as exc:
-        return str(exc)
-    return None
+    return close(actual, expected, equal_nan=True, **tolerance_kwargs(numerics))
 
 
 # -- the unscale kernel -------------------------------------------------------------------

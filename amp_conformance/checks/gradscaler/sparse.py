@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from amp_conformance.checks.gradscaler.cases import SparseCase
+from amp_conformance.core.compare import close
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 
@@ -121,8 +122,7 @@ def check_sparse_embedding(target: Target, dtype: torch.dtype) -> None:
         raise ConformanceFailure(f"{where}: step 2 has an inf gradient and must be skipped, "
                                  "but the embedding weight changed")
     for step, (a, b) in enumerate(zip(scaled, control, strict=True)):
-        try:
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        except AssertionError as exc:
+        said = close(a, b, rtol=1e-5, atol=1e-6)
+        if said is not None:
             raise ConformanceFailure(f"{where}: after step {step} the weight differs from the "
-                                     f"unscaled control:\n{exc}") from None
+                                     f"unscaled control:\n{said}")

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from amp_conformance.checks.gradscaler.cases import IMPLEMENTATIONS, OPTIMIZERS, ORDERS, OptimizerCase
 from amp_conformance.checks.gradscaler.kernels import model_update
+from amp_conformance.core.compare import close
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
 
@@ -87,13 +88,12 @@ def compare_runs(where: str, scaled: Trace, control: Trace, names: list[str]) ->
     """Scaled and control parameters agree after every step, within TOLERANCE."""
     for step, (got, want) in enumerate(zip(scaled.params, control.params, strict=True)):
         for name, a, b in zip(names, got, want, strict=True):
-            try:
-                torch.testing.assert_close(a, b, **TOLERANCE)
-            except AssertionError as exc:
+            said = close(a, b, **TOLERANCE)
+            if said is not None:
                 raise ConformanceFailure(
                     f"{where}: after step {step} parameter {name} differs from the unscaled "
                     f"control beyond rtol={TOLERANCE['rtol']}, atol={TOLERANCE['atol']}:\n"
-                    f"{exc}") from None
+                    f"{said}")
 
 
 def _state_tensors(opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
@@ -114,12 +114,11 @@ def compare_states(where: str, scaled: torch.optim.Optimizer,
         raise ConformanceFailure(f"{where}: optimizer state keys {[k for k, _ in got]}, the "
                                  f"control's {[k for k, _ in want]}")
     for (key, a), (_, b) in zip(got, want, strict=True):
-        try:
-            torch.testing.assert_close(a, b, **TOLERANCE)
-        except AssertionError as exc:
+        said = close(a, b, **TOLERANCE)
+        if said is not None:
             raise ConformanceFailure(f"{where}: optimizer state {key} differs from the "
                                      f"control's (a skipped step must not advance the "
-                                     f"optimizer's state):\n{exc}") from None
+                                     f"optimizer's state):\n{said}")
 
 
 # -- the scaled training check -------------------------------------------------------------

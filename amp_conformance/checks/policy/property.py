@@ -42,7 +42,7 @@ from amp_conformance.core.casting import (
     tensors_in,
     widest_eligible,
 )
-from amp_conformance.core.compare import tolerance_kwargs
+from amp_conformance.core.compare import close, tolerance_kwargs
 from amp_conformance.core.errors import ConformanceFailure, first_line
 from amp_conformance.core.probes import CastCounter
 from amp_conformance.core.state import unchanged_autocast_state
@@ -250,11 +250,8 @@ def _symbolic(target: Target, *values: Any) -> bool:
 
 
 def _values_problem(out: Any, control: Any, numerics: str, tolerance: Any) -> str | None:
-    try:
-        torch.testing.assert_close(out, control, equal_nan=True, **tolerance_kwargs(numerics, tolerance))
-    except AssertionError as exc:
-        return f"values differ from the hand-cast control ({numerics}): {exc}"
-    return None
+    said = close(out, control, equal_nan=True, **tolerance_kwargs(numerics, tolerance))
+    return None if said is None else f"values differ from the hand-cast control ({numerics}): {said}"
 
 
 def reproduction(target: Target, amp_dtype: torch.dtype, cand: Candidate, example: Example,

@@ -28,6 +28,35 @@ def not_run_note(run: dict[str, Any]) -> str:
     return f"{run.get('not_run', 0)} items not run" + (f" ({detail})" if detail else "")
 
 
+#: the mechanisms that excuse an item (plugin/excuses.py), singular -> plural, in order
+EXCUSES = {"limit": "limits", "missing kernel": "missing kernels",
+           "transform limit": "transform limits"}
+
+
+def excused(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's ``excused``: the items an excuse spared (a skip, or entries of a passing
+    transform item), counted per mechanism, each with its evidence."""
+    items = [{"nodeid": r.get("nodeid"), "outcome": r.get("outcome"), **r["excuse"]}
+             for r in sorted(results, key=lambda r: r.get("nodeid") or "") if r.get("excuse")]
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["mechanism"]] = counts.get(item["mechanism"], 0) + 1
+    return {"count": len(items), "by_mechanism": counts, "items": items}
+
+
+def excused_line(data: dict[str, Any]) -> str | None:
+    """``"12 items excused: limits 6, missing kernels 6"``, or None."""
+    found = data.get("excused")
+    if found is None:
+        found = excused(data.get("results") or [])
+    if not found["count"]:
+        return None
+    parts = [f"{EXCUSES.get(m, m)} {n}" for m, n in sorted(found["by_mechanism"].items(),
+                                                             key=lambda kv: (-kv[1], kv[0]))]
+    return (f"{found['count']} item{'s' if found['count'] != 1 else ''} excused: "
+            + ", ".join(parts))
+
+
 def run_warning(data: dict[str, Any]) -> str | None:
     """What makes this report no verdict, in one sentence: a device lost during the run, a
     run that did not complete (interrupted, crashed, still running) or in which no check
@@ -65,9 +94,11 @@ def verdict(data: dict[str, Any]) -> tuple[bool, str]:
     if warning:
         return False, f"NO VERDICT on {device}: {warning.split(': ', 1)[0]}."
     problems = sum(s.get(k, 0) for k in ("failed", "error", "xpassed"))
+    excused = excused_line(data)
+    excused = f" {excused[0].upper()}{excused[1:]}." if excused else ""
     if problems:
         return False, (f"DOES NOT CONFORM: {problems} of the executed checks on {device} "
-                       f"failed ({s.get('passed', 0)} passed).")
+                       f"failed ({s.get('passed', 0)} passed).{excused}")
     if run.get("not_run"):
         return False, (f"PARTIAL VERDICT: every executed check on {device} passed, but "
                        f"{not_run_note(run)}.")
@@ -79,7 +110,7 @@ def verdict(data: dict[str, Any]) -> tuple[bool, str]:
         f", {recorded} expected failures that are PyTorch's own recorded defects"
         if recorded else ""))
     return True, (f"CONFORMS: every executed check on {device} passed ({s.get('passed', 0)} "
-                  f"passed{expected}, {s.get('skipped', 0)} skipped).")
+                  f"passed{expected}, {s.get('skipped', 0)} skipped).{excused}")
 
 
 def _stops(restarts: list[dict[str, Any]]) -> list[str]:

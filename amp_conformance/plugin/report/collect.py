@@ -29,6 +29,7 @@ import torch
 from amp_conformance.core import devices
 from amp_conformance.plugin.items import (
     DEFECT_PROPERTY,
+    EXCUSE_PROPERTY,
     ITEM_PROPERTY,
     LOST_PROPERTY,
     OBSERVED_PROPERTY,
@@ -271,7 +272,8 @@ class Collector:
                  "duration": round(getattr(report, "duration", 0.0) or 0.0, 6),
                  "category": category, "message": message_of(report, category),
                  "item": props.get(ITEM_PROPERTY), "observed": props.get(OBSERVED_PROPERTY),
-                 "defect": props.get(DEFECT_PROPERTY), "opinfo": props.get(OPINFO_PROPERTY)}
+                 "defect": props.get(DEFECT_PROPERTY), "opinfo": props.get(OPINFO_PROPERTY),
+                 "excuse": props.get(EXCUSE_PROPERTY)}
         if props.get(LOST_PROPERTY):  # the item during which the device was lost (health.py)
             event["device_lost"] = props[LOST_PROPERTY]
         return event

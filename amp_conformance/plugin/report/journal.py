@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_conformance.checks import registry
-from amp_conformance.plugin.report import causes
+from amp_conformance.plugin.report import banner, causes
 from amp_conformance.plugin.report.banner import blamed_op
 
 SCHEMA = "amp-conformance-report/2"
@@ -105,6 +105,8 @@ class ItemRecord:
     defect: dict[str, Any] | None = None
     #: an OpInfo-tier item's summary (plugin.report.surface)
     opinfo: dict[str, Any] | None = None
+    #: the excuse it was granted: {mechanism, evidence} (plugin.excuses)
+    excuse: dict[str, Any] | None = None
     finished: bool = False
     #: the item's own time: its setup, call and teardown reports' durations
     seconds: float = 0.0
@@ -118,6 +120,8 @@ class ItemRecord:
             self.defect = event["defect"]
         if event.get("opinfo") is not None:
             self.opinfo = event["opinfo"]
+        if event.get("excuse") is not None:
+            self.excuse = event["excuse"]
         self.seconds += event.get("duration") or 0.0
         category = event.get("category", "")
         if category == QUARANTINED:  # stopped before the op that loses the device: no verdict
@@ -155,6 +159,7 @@ class ItemRecord:
             "defect": self.defect,
             **({"wrapper": info["wrapper"]} if info.get("wrapper") else {}),
             **({"opinfo": self.opinfo} if self.opinfo else {}),
+            **({"excuse": self.excuse} if self.excuse else {}),
         }
 
 
@@ -324,6 +329,7 @@ def build_report(acc: Accumulator, process_gone: bool = False) -> dict[str, Any]
         "reference_defects": reference_defects(results),
         **{k: v for tier in registry.tiers() for k, v in tier.summary(results).items()},
         "causes": causes.of_results(results),
+        "excused": banner.excused(results),
         "results": results,
     }
 

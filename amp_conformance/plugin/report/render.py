@@ -12,6 +12,8 @@ from amp_conformance.core.errors import headline
 from amp_conformance.plugin.report import causes, judged, tables
 from amp_conformance.plugin.report.banner import (
     PROBLEMS,
+    excused,
+    excused_line,
     lost_by_op,
     outside_problems,
     partial_note,
@@ -347,6 +349,35 @@ def _limits(data: dict[str, Any]) -> str:
     return f'<p class="muted" id="limits">{_e(line)} (their items are skipped)</p>' if line else ""
 
 
+def _evidence(item: dict[str, Any]) -> str:
+    said = item.get("evidence")
+    return "; ".join(said) if isinstance(said, list) else str(said or "")
+
+
+def _excused(data: dict[str, Any]) -> str:
+    """Every excused item, its mechanism and its evidence (folded)."""
+    found = data.get("excused") or excused(data.get("results") or [])
+    if not found["count"]:
+        return ""
+    body = "".join(f"<tr><td><code>{_e(i['nodeid'])}</code></td><td>{_e(i['mechanism'])}</td>"
+                   f"<td>{_e(_evidence(i))}</td></tr>" for i in found["items"])
+    return (f"<h2 id='excused'>Excused items</h2><details><summary>{_e(excused_line(data))}"
+            "</summary><table><thead><tr><th>item</th><th>excuse</th><th>evidence (each "
+            "proved independent of autocast)</th></tr></thead>"
+            f"<tbody>{body}</tbody></table></details>")
+
+
+def _md_excused(data: dict[str, Any], limit: int = 25) -> list[str]:
+    found = data.get("excused") or excused(data.get("results") or [])
+    if not found["count"]:
+        return []
+    lines = [f"### {excused_line(data)}", ""]
+    lines += [f"- `{i['nodeid']}` ({i['mechanism']}): {_evidence(i)}" for i in found["items"][:limit]]
+    if found["count"] > limit:
+        lines.append(f"- … and {found['count'] - limit} more (see the HTML report)")
+    return [*lines, ""]
+
+
 def render_html(data: dict[str, Any]) -> str:
     failures = _Failures()
     skips = causes.skips_by_family(data)
@@ -373,6 +404,7 @@ def render_html(data: dict[str, Any]) -> str:
 {_cards(data)}
 {causes.html(data, _e)}
 {_limits(data)}
+{_excused(data)}
 <h2 id="families">By check family</h2>
 {tables.count_table("family", tables.family_rows(data), "No items in this run.", skips)}
 <p class="muted" id="timing">{_e(tables.timing(data))}</p>
@@ -448,6 +480,7 @@ def render_markdown(data: dict[str, Any], max_failures: int = 25) -> str:
         *tables.md_family_skips(data),
         *causes.markdown(data),
         *([causes.limits_line(data), ""] if causes.limits_line(data) else []),
+        *_md_excused(data),
         *_md_lost(data),
         *[line for tier in registry.tiers() for line in tier.markdown(data)],
         *tables.md_table("op-list category", data.get("categories") or {}),
