@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.case import Case
-from amp_conformance.core.casting import promoted_floating, tensors_in, widest_eligible
+from amp_conformance.core.casting import map_tensors, promoted_floating, tensors_in, widest_eligible
 from amp_conformance.schema import argspec
 
 
@@ -32,6 +32,15 @@ def casts_back(case: Case) -> bool:
     """Whether the entry's kernel casts its output back to its first input's dtype."""
     expect = case.entry.expect
     return expect == "first" or isinstance(expect, tuple) and "first" in expect
+
+
+def cast_back(control: Any, expected: Any) -> Any:
+    """A control's floating outputs in the dtypes the entry expects of its kernel's (a kernel
+    that casts its output back)."""
+    if isinstance(expected, tuple):
+        return tuple(cast_back(c, e) for c, e in zip(control, expected, strict=False))
+    return map_tensors(lambda t: t.to(expected) if t.is_floating_point() and isinstance(
+        expected, torch.dtype) else t, control)
 
 
 def expected_inside(case: Case, args: tuple, kwargs: dict) -> Any:

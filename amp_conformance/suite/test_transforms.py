@@ -18,6 +18,6 @@ def test_transform(amp_settings, amp_target, amp_device, transform, category, re
 
 
 @pytest.mark.amp_needs("autograd")
-def test_functional_call(amp_target, amp_dtype):
+def test_functional_call(amp_target, amp_dtype, record_property):
     """functional_call of a small module and torch.func.grad through it."""
-    transforms.check_functional_call(amp_target, amp_dtype)
+    transforms.check_functional_call(amp_target, amp_dtype, record_property)

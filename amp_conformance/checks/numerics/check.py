@@ -6,20 +6,12 @@ from __future__ import annotations
 import torch
 
 from amp_conformance.checks.case import Case
-from amp_conformance.checks.expectations import casts_back, control_dtype, expected_inside
+from amp_conformance.checks.expectations import cast_back, casts_back, control_dtype, expected_inside
 from amp_conformance.checks.reproduction import _fail, callables
-from amp_conformance.core.casting import hand_cast, map_tensors
+from amp_conformance.core.casting import hand_cast
 from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import unchanged_autocast_state
-
-
-def _cast_back(control: object, expected: object) -> object:
-    """The control's floating outputs in the dtypes the entry expects of the kernel's."""
-    if isinstance(expected, tuple):
-        return tuple(_cast_back(c, e) for c, e in zip(control, expected, strict=False))
-    return map_tensors(lambda t: t.to(expected) if t.is_floating_point() and isinstance(
-        expected, torch.dtype) else t, control)
 
 
 def check_numerics(case: Case) -> None:
@@ -40,7 +32,7 @@ def check_numerics(case: Case) -> None:
                 else:
                     control = fn(*hand_cast(args, cast_to, dev), **hand_cast(kwargs, cast_to, dev))
                 if casts_back(case):  # the kernel casts its output back: the control too
-                    control = _cast_back(control, expected)
+                    control = cast_back(control, expected)
             if not torch.is_autocast_enabled(dev):
                 _fail(case, ["autocast is off after leaving a nested enabled=False region"],
                       name, expected)

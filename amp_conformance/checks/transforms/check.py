@@ -6,10 +6,13 @@ the entry's tolerance, or torch.testing's per-dtype defaults: a batching rule ma
 another kernel, ``bmm`` for ``mm``). ``vmap`` maps over two samples of the entry's
 arguments stacked; ``grad`` and ``jacrev`` differentiate the float32 sum of its outputs
 with respect to its first floating input, the output itself kept as auxiliary. An entry
-the transform cannot run without autocast either (no batching rule, random, not
-differentiable), or that departs under it on float32 inputs without autocast too (the op's
-own rule or gradient under the transform), is a limit of the transform, counted, not a
-departure; an item whose every entry is such a limit is skipped and says why.
+the transform cannot run at all (no batching rule, random, not differentiable) is a limit
+of the transform. One that departs under it is excused only where the transform departs
+the same way without autocast, on the entry's inputs cast by hand to the policy's dtype
+(a dtype departure never by a value one), and under autocast agrees with that transformed
+control: the entry is still checked for autocast, against it. Each excused entry and its
+evidence is recorded on the item; an item whose every entry is excused or a limit is
+skipped and says why.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 import tomllib
 import warnings
 from collections.abc import Callable, Mapping
@@ -27,14 +31,17 @@ import torch
 
 from amp_conformance.checks.case import Case, load_oplist
 from amp_conformance.checks.defects import FIXED, PROPERTY, REPRODUCED, record_of
+from amp_conformance.checks.expectations import cast_back, casts_back, control_dtype, expected_inside
 from amp_conformance.checks.reproduction import callables
-from amp_conformance.core.casting import map_tensors, output_dtypes, settle, tensors_in
+from amp_conformance.core.casting import hand_cast, map_tensors, output_dtypes, settle, tensors_in
 from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import (
+    EXCUSE_PROPERTY,
     ConformanceFailure,
     NotApplicable,
     describe_error,
     first_line,
+    same_way,
 )
 from amp_conformance.core.target import Target
 from amp_conformance.schema import argspec
@@ -137,6 +144,13 @@ def _untransformed(thunk: Callable[[], Any]) -> Any:
 class _Raised(Exception):
     def __init__(self, exc: BaseException):
         super().__init__(describe_error(exc, 160))
+        self.error = exc
+
+
+class Excused(Exception):
+    """The entry departs under the transform, and is shown to without autocast too: on its
+    inputs cast by hand, the transformed call departs the same way, and under autocast it
+    agrees with that transformed control."""
 
 
 RUN = {"vmap": _vmap,
@@ -144,11 +158,32 @@ RUN = {"vmap": _vmap,
        "jacrev": functools.partial(_differentiate, lambda f, **k: torch.func.jacrev(f, **k))}
 
 
-def _pairs(case: Case, transform: str, autocast: bool) -> list[tuple[Any, Any]]:
+def _pairs(case: Case, transform: str, autocast: bool, by_hand: bool = False
+           ) -> list[tuple[Any, Any]]:
+    """(transformed, untransformed) per sample; ``by_hand``: the call on its eligible inputs
+    cast by hand to the policy's dtype (autocast off), the control of the numerics check."""
     _, fn = callables(case)[0]
     args, kwargs = case.build_inputs()
-    with case.target.autocast(case.amp_dtype) if autocast else contextlib.nullcontext():
+    if by_hand:
+        fn = _by_hand(case, fn, args, kwargs)
+    with contextlib.ExitStack() as stack:
+        if autocast:
+            stack.enter_context(case.target.autocast(case.amp_dtype))
+        else:  # a control: its warnings (deprecated ops under vmap's fallback) are nobody's
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
         return RUN[transform](case, fn, args, kwargs)
+
+
+def _by_hand(case: Case, fn: Callable, args: tuple, kwargs: dict) -> Callable:
+    cast_to, dev = control_dtype(case, args, kwargs), case.target.device
+    expected = expected_inside(case, args, kwargs)
+
+    def call(*a: Any, **k: Any) -> Any:
+        out = fn(*a, **k) if cast_to is None else fn(*hand_cast(a, cast_to, dev),
+                                                     **hand_cast(k, cast_to, dev))
+        return cast_back(out, expected) if casts_back(case) else out
+    return call
 
 
 def _raises_untransformed(case: Case) -> str | None:
@@ -164,14 +199,12 @@ def _raises_untransformed(case: Case) -> str | None:
     return None
 
 
-def _float32_inputs(case: Case) -> Case:
-    """The case with its eligible inputs made float32 (a call every op runs)."""
-    return dataclasses.replace(case, amp_dtype=torch.float32)
-
-
 def departure(case: Case, transform: str) -> str | None:
-    """What the transformed call under autocast does differently, or None; Limit where the
-    transform cannot run the call on float32 inputs without autocast either."""
+    """What the transformed call under autocast does differently, or None. Limit where the
+    transform cannot run the call at all; Excused where it departs the same way without
+    autocast on inputs cast by hand and under autocast agrees with that transformed control
+    (the op's own rule or gradient under the transform, not autocast's)."""
+    tolerance = case.entry.tolerance or _TOLERANCE.get(case.amp_dtype)
     try:
         pairs = _pairs(case, transform, autocast=True)
     except _Raised as exc:
@@ -179,25 +212,36 @@ def departure(case: Case, transform: str) -> str | None:
         if untransformed is not None:
             raise Limit(f"the untransformed call raises {untransformed} too") from None
         try:
-            _pairs(_float32_inputs(case), transform, autocast=False)
-        except (_Raised, Limit):
-            raise Limit(str(exc)) from None
-        return f"raised {exc} under autocast; without autocast on float32 inputs it runs"
-    problem = _differs(pairs, transform, case.entry.tolerance or _TOLERANCE.get(case.amp_dtype))
+            _pairs(case, transform, autocast=False, by_hand=True)
+        except _Raised as plain:
+            if same_way(exc.error, plain.error):
+                raise Excused(f"raises {exc} under the transform without autocast too, on "
+                              "inputs cast by hand") from None
+            return f"raised {exc} under autocast; without autocast it raises {plain}"
+        except Limit:
+            pass
+        return f"raised {exc} under autocast; without autocast on inputs cast by hand it runs"
+    problem = _differs(pairs, transform, tolerance)
     if problem is None:
         return None
-    # the op's own departure under the transform, autocast or not, is no verdict here: the
-    # same inputs without autocast, or float32 ones where those cannot run outside it
-    for plain_case, inputs in ((case, "the same inputs"), (_float32_inputs(case), "float32 inputs")):
-        try:
-            plain = _differs(_pairs(plain_case, transform, autocast=False), transform,
-                             case.entry.tolerance or _TOLERANCE.get(plain_case.amp_dtype))
-        except (_Raised, Limit):
-            continue
-        if plain is not None:
-            raise Limit(f"it departs without autocast on {inputs} too: {plain}")
-        break
-    return problem
+    try:
+        control = _pairs(case, transform, autocast=False, by_hand=True)
+    except (_Raised, Limit):
+        return problem
+    plain = _differs(control, transform, tolerance)
+    if plain is None or _kind(plain) != _kind(problem):  # a value quirk excuses no dtype
+        return problem
+    against = _differs([(got, want) for (got, _), (want, _) in zip(pairs, control, strict=True)],
+                       transform, tolerance)
+    if against is not None:
+        return (f"{problem}; against the same transformed call on inputs cast by hand without "
+                f"autocast: {against}")
+    raise Excused(f"departs without autocast too, on inputs cast by hand ({plain}); under "
+                  "autocast it agrees with that transformed control")
+
+
+def _kind(problem: str) -> str:
+    return "dtype" if problem.startswith("output dtypes") else "value"
 
 
 def _differs(pairs: list[tuple[Any, Any]], transform: str, tolerance: Any) -> str | None:
@@ -282,7 +326,7 @@ def check_transform(target: Target, dtype: torch.dtype, transform: str, category
     cases = [Case(target, dtype, e, numerics) for e in load_oplist(target.device, oplists).entries
              if e.category == category]
     reference = known().get(transform)
-    departures, limits, met, ran = [], [], {REPRODUCED: [], FIXED: []}, 0
+    departures, limits, excused, met, ran = [], [], [], {REPRODUCED: [], FIXED: []}, 0
     for case in cases:
         if case.skip_reason("transforms") is not None:
             continue
@@ -292,6 +336,10 @@ def check_transform(target: Target, dtype: torch.dtype, transform: str, category
                 problem = departure(case, transform)
         except Limit as exc:
             limits.append(f"{case.entry.id}: {exc}")
+            continue
+        except Excused as exc:
+            excused.append(f"{case.entry.id}: {exc}")
+            limits.append(excused[-1])
             continue
         ran += 1
         if reference is not None and case.entry.id in reference.on(target.device):
@@ -303,6 +351,8 @@ def check_transform(target: Target, dtype: torch.dtype, transform: str, category
         record(PROPERTY, record_of(reference.defect, status))
         print(f"reference defect {reference.defect}: reproduced by {met[REPRODUCED]}, "
               f"fixed for {met[FIXED]}")
+    if excused:  # each spared entry and its evidence, counted by every report
+        record(EXCUSE_PROPERTY, {"mechanism": "transform limit", "evidence": excused})
     where = f"torch.func.{transform} over {category} on {target}, autocast dtype {dtype}"
     if departures:
         raise ConformanceFailure(f"{where}: {len(departures)} of {ran} entries depart from "
@@ -327,18 +377,27 @@ def make_module(device: str) -> torch.nn.Module:
     return module.to(device)
 
 
-def check_functional_call(target: Target, dtype: torch.dtype) -> None:
+def check_functional_call(target: Target, dtype: torch.dtype,
+                          record: Callable[[str, Any], None] = lambda *_: None) -> None:
     """functional_call gives the module's own dtypes and values under autocast, and
     torch.func.grad through it the gradients autograd gives, in the parameters' dtype; where
-    it departs without autocast too, the device's transform does, not its autocast."""
+    it departs the same way without autocast too (dtypes by dtypes, values by values), the
+    device's transform does, not its autocast (recorded as excused)."""
     problem = _functional_call(target, dtype)
     if problem is None:
         return
     plain = _functional_call(target, None)
-    if plain is not None:
-        raise NotApplicable(f"not applicable: torch.func over a module on {target} departs "
-                            f"without autocast too ({first_line(plain)})")
+    if plain is not None and _call_kind(plain) == _call_kind(problem):
+        said = (f"torch.func over a module on {target} departs without autocast too "
+                f"({first_line(plain)})")
+        record(EXCUSE_PROPERTY, {"mechanism": "transform limit", "evidence": said})
+        raise NotApplicable(f"not applicable: {said}")
     raise problem
+
+
+def _call_kind(failure: ConformanceFailure) -> str:
+    """Whether a functional_call failure is of dtypes or of values."""
+    return "dtype" if re.search(r"dtypes?(\[\d+\])?: ", first_line(failure)) else "value"
 
 
 def _functional_call(target: Target, dtype: torch.dtype | None) -> ConformanceFailure | None:
