@@ -10,9 +10,10 @@ gives for the calls it deprecates or refuses (read once per process by making th
 ``torch.<device>.amp.autocast``, ``GradScaler``, ``custom_fwd``/``custom_bwd``,
 ``torch.autocast`` of a device this machine lacks or of a dtype no device's autocast has;
 never typed here) and it points at the caller's line, or at the line of torch the
-reference itself warned from: the same deprecation raised from elsewhere inside torch is
-the machinery itself calling what it deprecates (checkpoint's recompute entering a legacy
-autocast). Every recorded
+reference itself warned from, never by its words alone: the same deprecation raised from
+elsewhere inside torch is the machinery itself calling what it deprecates (checkpoint's
+recompute entering a legacy autocast), and from a backend's own module it is words
+borrowed. Every recorded
 warning is warned again after the call, so pytest's own summary still lists it. The
 wrapper tier is left out: its calls are a library's code, whose own warnings are its own.
 """
@@ -79,8 +80,8 @@ def _reference_calls(device: str) -> Iterator[Any]:
 
 
 def reference(device: str) -> dict[tuple[type, str], frozenset[tuple[str, int]]]:
-    """What the reference warns for those calls (read once per process), each with the
-    places inside torch it warned from."""
+    """What the reference warns for those calls (read once per process), each with where it
+    warned from: its caller's line (:data:`CALLER`), or places inside torch."""
     if device not in _REFERENCE:
         seen: dict[tuple[type, str], set[tuple[str, int]]] = {}
         for call in _reference_calls(device):
@@ -94,12 +95,25 @@ def reference(device: str) -> dict[tuple[type, str], frozenset[tuple[str, int]]]
                 places = seen.setdefault(_key(w), set())
                 if _in_torch(w):
                     places.add(_place(w))
+                elif os.path.abspath(w.filename) == os.path.abspath(__file__):
+                    places.add(CALLER)  # it points at the line that called it: ours here
         _REFERENCE[device] = {key: frozenset(places) for key, places in seen.items()}
     return _REFERENCE[device]
 
 
+#: where a reference warning that points at its caller's line is said to come from
+CALLER = ("<the caller's line>", 0)
+_SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _place(w: warnings.WarningMessage) -> tuple[str, int]:
-    return os.path.abspath(w.filename), w.lineno
+    """Where a warning comes from: a line of torch, or a line of the suite's own checks
+    calling what the reference deprecates (:data:`CALLER`); anywhere else (a backend's
+    module repeating the words) is no place the reference warns from."""
+    path = os.path.abspath(w.filename)
+    if _in_torch(w):
+        return path, w.lineno
+    return CALLER if path.startswith(_SUITE + os.sep) else (path, w.lineno)
 
 
 #: checks whose calls are a library's code, whose own warnings are the library's to give
@@ -133,9 +147,11 @@ def pytest_runtest_call(item: pytest.Item):  # noqa: ANN201
 
 def departures(config: pytest.Config, caught: Iterable[warnings.WarningMessage]
                ) -> list[warnings.WarningMessage]:
-    """The machinery's warnings among ``caught`` that the reference does not give, or gives
-    only where a user calls what it deprecates (not torch itself), or from another line of
-    torch than its own (an autocast of a dtype the device lacks warns from its own line)."""
+    """The machinery's warnings among ``caught`` that the reference does not give from where
+    they come: its words are not enough. The reference's deprecations point at their
+    caller, which in an item is the suite's own check (from inside torch, it is the
+    machinery calling what it deprecates; from a backend's module, words borrowed); its
+    other warnings come from its own lines of torch (an autocast of a dtype the device
+    lacks warns from its own line)."""
     allowed = reference(settings(config).device)
-    return [w for w in caught if machinery(w) and (
-        _key(w) not in allowed or _in_torch(w) and _place(w) not in allowed[_key(w)])]
+    return [w for w in caught if machinery(w) and _place(w) not in allowed.get(_key(w), ())]
