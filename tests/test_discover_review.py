@@ -228,3 +228,20 @@ def test_each_dtype_is_its_own_side_and_alike_groups_are_told_apart_by_dtype():
                     "lower/unchanged-no-kernel@float16": ["addr"],
                     "lower/float16=unchanged-no-kernel,bfloat16=lower": ["mv"],
                     "fp32/missing-kernel": ["exp"], "lower/unchanged-values-differ": ["addmm"]}
+
+
+def test_a_review_item_keeps_what_was_observed_outside_autocast():
+    """Under review is the policy; the call outside autocast was observed, and the active
+    entry says what was seen there (a backend whose native_layer_norm gives its mean and
+    rstd in the input's dtype kept CUDA's float32 and failed test_outside twice)."""
+    from amp_conformance.tools.discover.observe import Observation, Row
+    from amp_conformance.tools.discover.write import review_item
+
+    (entry,) = [e for e in oplist.load("cuda").entries if e.id == "native_layer_norm"]
+    row = Row(entry, "fp32", {"float16": Observation("lower", ("float16",) * 3,
+                                                     outside=("float16",) * 3)})
+    observed = [{"id": entry.id, "op": entry.op, "expect_outside": ["amp", "amp", "amp"]}]
+    lines = review_item(row, "pu1", "cuda", ["float16"], observed)
+    active = lines[lines.index("[[entry]]") + 1:lines.index("# [[entry]]  (observed)")]
+    assert 'expect_outside = ["amp", "amp", "amp"]' in active, active
+    assert 'category = "torch_fp32"' in active  # the policy stays the reference's

@@ -174,6 +174,7 @@ def review_item(row: Row, device: str, reference: str, departs: list[str],
                      + (f" ({row.observed[n].review})" if row.observed[n].review else "")
                      for n in departs)
     table = {k: v for k, v in raw_entry(row.entry).items() if k not in ("note", "override")}
+    table.update(_outside(observed))
     table["note"] = f"REVIEW: {device} departs from {reference} ({seen}); {reference}'s expectation kept"
     table = _overriding({k: table[k] for k in fields.ENTRY_KEYS if k in table}, builtin)
     observed = [_overriding(t, builtin) for t in observed]
@@ -185,6 +186,17 @@ def review_item(row: Row, device: str, reference: str, departs: list[str],
         lines += ["# [[entry]]  (observed)",
                   *(f"# {_key(k)} = {_toml_value(v)}" for k, v in obs_table.items())]
     return lines
+
+
+_OUTSIDE = ("expect_outside", "error_outside")
+
+
+def _outside(observed: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every observed table says of the call outside autocast: seen, not the policy
+    under review, so the active entry says it too (the reference's would fail test_outside
+    for a behaviour no one is asked to review)."""
+    said = [{k: t[k] for k in _OUTSIDE if k in t} for t in observed]
+    return said[0] if said and all(s == said[0] for s in said) else {}
 
 
 def listed_table(row: Row, names: list[str]) -> dict[str, Any]:
