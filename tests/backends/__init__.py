@@ -11,11 +11,11 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-def run(*args: str, cwd: Path | str | None = None, timeout: float = 600
-        ) -> subprocess.CompletedProcess:
+def run(*args: str, cwd: Path | str | None = None, timeout: float = 600,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python *args`` in a child that can import these backends (and nothing else set
-    by ``PYTEST_ADDOPTS``)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    by ``PYTEST_ADDOPTS``), with ``env`` added to its environment."""
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,

@@ -5,6 +5,7 @@ not restored on exit.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -13,6 +14,7 @@ from amp_conformance.checks.mutation import (
     Mutant,
     Undo,
     _wrap_method,
+    override_kernel,
     patch,
     register,
 )
@@ -108,4 +110,75 @@ register(Mutant(
     apply=patch(_AUTOCAST, "__init__", _init_default_float16),
     expect="without dtype ran in",
     select="test_default_autocast_dtype",
+))
+
+
+# -- wrong autocast dressed as an excuse: a tool's missing kernel, a backend's own words, the
+# reference's warning (each spared its items before an excuse needed proof)
+
+
+def _lowering_without_a_kernel() -> Undo:
+    """mm's autocast kernel calls an op of the backend's own library with no CPU kernel."""
+    ops = torch.library.Library("amp_selftest", "DEF")
+    ops.define("fused_gemm(Tensor a, Tensor b) -> Tensor")
+
+    def kernel(redispatch):
+        def run(a, b):
+            dtype = torch.get_autocast_dtype("cpu")
+            return torch.ops.amp_selftest.fused_gemm(a.to(dtype), b.to(dtype))
+        return run
+    undo_kernel = override_kernel("mm", "AutocastCPU", kernel)
+
+    def undo() -> None:
+        undo_kernel()
+        ops._destroy()
+    return undo
+
+
+class _VendorError(RuntimeError):
+    """A backend's own exception class (its module is no package of torch or the suite)."""
+
+
+_VendorError.__module__ = "vendor_backend"
+
+
+def _raises_in_own_words(redispatch):
+    def run(*args, **kwargs):
+        raise _VendorError("cannot lower aten::_to_copy to a half layout for this call")
+    return run
+
+
+def _warns_borrowed_words(redispatch):
+    def run(*args, **kwargs):
+        warnings.warn_explicit("`torch.cpu.amp.autocast(args...)` is deprecated. Please use "
+                               "`torch.amp.autocast('cpu', args...)` instead.", FutureWarning,
+                               "/opt/vendor_backend/autocast.py", 1)
+        return redispatch(*[a.to(torch.get_autocast_dtype("cpu")) if isinstance(
+            a, torch.Tensor) else a for a in args], **kwargs)
+    return run
+
+
+register(Mutant(
+    name="excuse-mm-lowering-without-a-kernel",
+    description="mm's autocast kernel calls amp_selftest::fused_gemm, which has no CPU "
+                "kernel: a kernel the device lacks, met only under autocast, is no tool's",
+    apply=_lowering_without_a_kernel,
+    expect="amp_selftest::fused_gemm",
+    select="test_region_sets_and_restores_state",
+))
+register(Mutant(
+    name="excuse-mm-raises-in-own-words",
+    description="mm's autocast kernel raises the backend's own exception class naming "
+                "aten::_to_copy: a tool's words, met only under autocast",
+    apply=lambda: override_kernel("mm", "AutocastCPU", _raises_in_own_words),
+    expect="aten::_to_copy",
+    select="test_region_sets_and_restores_state",
+))
+register(Mutant(
+    name="excuse-mm-warns-borrowed-words",
+    description="mm's autocast kernel warns the reference's own deprecation from the "
+                "backend's module: the words are the reference's, the place is not",
+    apply=lambda: override_kernel("mm", "AutocastCPU", _warns_borrowed_words),
+    expect=("the call warned where the reference gives no such warning", "autocast.py"),
+    select="test_region_sets_and_restores_state",
 ))
