@@ -322,6 +322,9 @@ def check(scenario: Scenario, target: Target, dtype: torch.dtype, backend: str,
     where = (f"compile_regions scenario {scenario.name!r} ({scenario.exercises}), backend "
              f"{backend}, device {target}, amp dtype {dtype}")
     numerics = backends.numerics_for(backend, numerics)
+    blocked = backends.compiles_nothing()  # under fullgraph, dynamo's skip would raise
+    if blocked:
+        raise NotApplicable(blocked)
     with target.tensors():
         x = _input(target)
         body = scenario.build(env)
