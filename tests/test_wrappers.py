@@ -19,7 +19,7 @@ from amp_conformance.checks.wrappers import (
     region,
     validate,
 )
-from amp_conformance.checks.wrappers.cases import WrapperCase, cases
+from amp_conformance.checks.wrappers.cases import WrapperCase, cases, not_applicable
 from amp_conformance.checks.wrappers.declare import RegionFactory
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.state import AutocastState
@@ -42,6 +42,7 @@ def _ids(lines):
 BAD_REGION = [("name", "has space"), ("devices", ()), ("devices", ["cpu"]), ("make", None),
               ("precisions", {}), ("precisions", {"fp32": torch.float32}),
               ("float32", "fallback"), ("unknown", "ignore"), ("noop_devices", {"cpu": ""}),
+              ("float32_unclaimed", {"cpu": ""}), ("float32_unclaimed", {"mps": "why"}),
               ("single_use", None), ("ambient_dtype", ("not_a_precision",))]
 BAD_FORWARD = [("decorate", 3), ("cast_dtype", torch.int64), ("casts_on", ("cuda",)),
                ("extra_kwargs", {1: True}), ("decorate_backward", "custom_bwd")]
@@ -351,3 +352,34 @@ def test_a_fake_device_moves_small_constants_and_makes_views_contiguous():
         x = torch.empty(2, 8, 4, 4, device="cuda").permute(0, 2, 3, 1).contiguous()
         assert (moved.device.type, moved.dtype) == ("cuda", torch.int64)
         assert x.is_contiguous() and x.view(-1, 8).shape == (32, 8)
+
+
+def _autocast_in(precision, device):
+    """A region factory passing a float32 name on to torch.autocast as its dtype."""
+    return torch.autocast(device, dtype=getattr(torch, precision))
+
+
+def test_a_float32_name_unclaimed_on_a_device_is_skipped_there_with_why():
+    """torch.autocast refuses float32 on cpu (autocast off); on cuda it has no such check
+    (torch/amp/autocast_mode.py), so a fake cuda device keeps autocast on in float32: a
+    declaration that claims the no-op only where it was observed is skipped elsewhere."""
+    why = "not yet observed on a GPU"
+    decl = dataclasses.replace(REGION, name="dtype_from_name", make=_autocast_in,
+                               devices=("cpu", "cuda"))
+    unclaimed = dataclasses.replace(decl, float32_unclaimed={"cuda": why})
+    validate(unclaimed)
+    with pytest.warns(UserWarning, match="target dtype is not supported"):
+        region.check_float32(next(c for c in cases([unclaimed], "cpu", (torch.bfloat16,))
+                                  if c.check == "float32"))
+    fake = next(c for c in cases([decl], "cuda", (torch.bfloat16,), fake=True)
+                if c.check == "float32")
+    with pytest.raises(ConformanceFailure, match="autocast is enabled \\(dtype float32\\)"), \
+            fake_device.on_device(Target("cuda", True)):
+        region.check_float32(fake)
+    skipped = next(c for c in cases([unclaimed], "cuda", (torch.bfloat16,), fake=True)
+                   if c.check == "float32")
+    assert not_applicable(skipped, (torch.bfloat16,), True) == (
+        "not applicable: dtype_from_name claims nothing for its float32 names on cuda "
+        f"(declared float32_unclaimed): {why}")
+    assert not_applicable(dataclasses.replace(skipped, device="cpu"), (torch.bfloat16,),
+                          False) is None

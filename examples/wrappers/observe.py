@@ -135,15 +135,18 @@ def region_rows(w: RegionFactory, device: str) -> list[dict]:
             works, detail = False, f"as a decorator: {_first_line(exc)}"
         row(f"decorator[{name}]", works if w.decorator else None,
             detail + ("" if w.decorator else " (not claimed)"))
+    unclaimed = w.float32_unclaimed.get(device)
+    declared = f"not claimed: {unclaimed}" if unclaimed else f"declared {w.float32}"
     for name in w.float32_names:
         try:
             with w.make(name, device):
                 inside = _state(device)
             ok = inside[0] is False and w.float32 != ERROR
-            row(f"float32[{name}]", ok, f"entered: enabled={inside[0]} (declared {w.float32})")
+            row(f"float32[{name}]", None if unclaimed else ok,
+                f"entered: enabled={inside[0]} dtype={inside[1]} ({declared})")
         except Exception as exc:  # noqa: BLE001
-            row(f"float32[{name}]", w.float32 == ERROR, f"raised {_first_line(exc)} "
-                f"(declared {w.float32})")
+            row(f"float32[{name}]", None if unclaimed else w.float32 == ERROR,
+                f"raised {_first_line(exc)} ({declared})")
     try:
         with w.make(w.unknown_probe, device):
             inside = _state(device)
@@ -236,10 +239,14 @@ def island_rows(w: Float32Island, device: str, amp_dtype: torch.dtype) -> list[d
     if device not in w.devices:
         row("devices", None, f"not claimed on {device} (claims {', '.join(w.devices)})")
         return rows
-    made = tuple(w.inputs(device))
-    xs = island_inputs.by_hand(w.arguments or (None,) * len(made), made, amp_dtype)
-    with torch.autocast(device, dtype=amp_dtype):
-        trace, _ = island.run_traced(w.island(device), xs)
+    try:
+        made = tuple(w.inputs(device))
+        xs = island_inputs.by_hand(w.arguments or (None,) * len(made), made, amp_dtype)
+        with torch.autocast(device, dtype=amp_dtype):
+            trace, _ = island.run_traced(w.island(device), xs)
+    except Exception as exc:  # noqa: BLE001 - e.g. no such device here
+        row("float32", False, f"raised {_first_line(exc)}")
+        return rows
     lower = trace.lower()
     row("float32", lower is None, lower or f"every op of {len(trace.ops)} computed in float32")
     return rows

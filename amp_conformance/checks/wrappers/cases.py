@@ -165,6 +165,10 @@ def not_applicable(case: WrapperCase, run_dtypes: Sequence[torch.dtype], fake: b
         return f"not applicable: {w.name} declares itself a no-op on {case.device} ({noop})"
     if case.check == "float32" and not w.float32_names:
         return f"not applicable: {w.name} declares no float32 name (float32_names is empty)"
+    if case.check == "float32" and case.device in w.float32_unclaimed:
+        return (f"not applicable: {w.name} claims nothing for its float32 names on "
+                f"{case.device} (declared float32_unclaimed): "
+                f"{w.float32_unclaimed[case.device]}")
     return None
 
 

@@ -83,6 +83,9 @@ class RegionFactory:
     float32_names: tuple[str, ...] = ()
     #: what the region does for a float32 name: ``noop`` (autocast off) or ``error``
     float32: str = NOOP
+    #: device -> why nothing is claimed for the float32 names there (e.g. what torch does
+    #: on that device not yet observed): the float32 item there is skipped with that reason
+    float32_unclaimed: Mapping[str, str] = field(default_factory=dict)
     #: what the region does for a name the wrapper does not know (checked with
     #: ``unknown_probe``): ``error`` (raises, as most libraries' wrappers do), ``noop``
     #: (autocast off) or ``fallback`` (autocast on in ``fallback_dtype``)
@@ -357,6 +360,10 @@ def validate(wrapper: Any) -> Wrapper:
                  f"expected one of {', '.join(BEHAVIOURS)}, got {wrapper.unknown!r}")
         _require(wrapper.unknown != FALLBACK or wrapper.fallback_dtype is not None, name,
                  "fallback_dtype", "a fallback wrapper must say the dtype it falls back to")
+        _require(isinstance(wrapper.float32_unclaimed, Mapping) and all(
+            d in wrapper.devices and isinstance(v, str) and v.strip()
+            for d, v in wrapper.float32_unclaimed.items()), name, "float32_unclaimed",
+            "expected {claimed device: why nothing is claimed for the float32 names there}")
         _require(isinstance(wrapper.noop_devices, Mapping) and all(
             isinstance(v, str) and v.strip() for v in wrapper.noop_devices.values()), name,
             "noop_devices", "expected {device: why it does nothing there}")

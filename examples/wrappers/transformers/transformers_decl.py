@@ -10,8 +10,14 @@ What they claim, from transformers 5.24.0:
 
   - as a region factory, ``maybe_autocast(device, dtype=<precision>)`` for ``bfloat16`` and
     ``float16`` (the dtype is named by its torch attribute: a name that is none raises
-    before ``maybe_autocast`` is called; ``float32`` is torch.autocast's own refusal of an
-    unsupported dtype, which turns autocast off);
+    before ``maybe_autocast`` is called). ``float32`` is claimed a no-op on CPU alone, where
+    it was observed: torch.autocast refuses a dtype CPU autocast does not support, warns
+    and turns autocast off (torch/amp/autocast_mode.py, the ``elif`` after the CUDA case).
+    On CUDA that check is not made (the same file: the CUDA case asks only whether CUDA is
+    available and whether it supports bfloat16), so a GPU would keep autocast on in
+    float32, as the fake cuda device does, running torch's code; not yet observed on a
+    GPU, so nothing is claimed there (``float32_unclaimed``: the item is skipped with why);
+    a GPU session observes it with ``observe.py transformers_decl --device cuda``;
   - as a float32 island, ``maybe_autocast(device, enabled=False)``: the models' "Force
     float32" blocks (e.g. models/ernie4_5_moe/modeling_ernie4_5_moe.py:348, gpt2's
     ``_upcast_and_reordered_attn``, modeling_gpt2.py:114) enter it around float32 work.
@@ -44,6 +50,9 @@ from amp_conformance.checks.wrappers.declare import (
 
 VERSION = importlib.metadata.version("transformers")
 DEVICES = ("cpu", "cuda")
+CUDA_FLOAT32 = ("torch.autocast('cuda', dtype=torch.float32) has no dtype check in "
+                "torch/amp/autocast_mode.py (on a fake cuda device autocast stays on in float32)"
+                "; what a GPU does is not yet observed")
 
 
 def region(precision: str, device_type: str):
@@ -65,8 +74,9 @@ WRAPPERS = [
         make=region,
         devices=DEVICES,
         precisions={"bfloat16": torch.bfloat16, "float16": torch.float16},
-        float32_names=("float32",),  # torch.autocast refuses float32 and turns autocast off
+        float32_names=("float32",),  # on CPU torch.autocast refuses float32: autocast off
         float32=NOOP,
+        float32_unclaimed={"cuda": CUDA_FLOAT32},
         unknown=ERROR,  # no torch dtype of that name
         decorator=True,  # torch.autocast is a decorator too
         library="transformers",
