@@ -67,22 +67,70 @@ def test_summarize_reads_reports_meta_and_blocked_libraries(tmp_path):
 
 def test_table_has_a_row_per_library_wrapper_and_check(tmp_path):
     lines = wt.table(wt.summarize(_reports(tmp_path)))
-    assert lines[0] == ("| library | version | wrapper | check | result | whose | "
+    assert lines[0] == ("| library | version | device | wrapper | check | result | whose | "
                         "reproduction |")
     body = lines[2:]
     # a departure declared as a strict expected failure is shown as one, never as passed
-    assert body[0].startswith("| lib-a | 1.2 | `lib_a.ctx` | wrapper_nesting | **departs (strict "
+    assert body[0].startswith("| lib-a | 1.2 | cpu | `lib_a.ctx` | wrapper_nesting | **departs (strict "
                               "expected failure)**: 1 of 2 | library | departs from its docs: "
                               "fp16 off on cpu (`cpu-lib_a.ctx-fp16`)")
-    assert body[1].startswith("| lib-a | 1.2 | `lib_a.ctx` | wrapper_state | **failed**: 1 of 2 | "
+    assert body[1].startswith("| lib-a | 1.2 | cpu | `lib_a.ctx` | wrapper_state | **failed**: 1 of 2 | "
                               "unexplained | AssertionError: autocast off inside (`cpu-lib_a.ctx-fp16`); "
                               "`nox -s \"wrappers(lib_a)\" -- -k")
-    assert body[2] == ("| lib-a | 1.2 | `lib_a.ctx` | wrapper_unknown | skipped (1) | — | "
+    assert body[2] == ("| lib-a | 1.2 | cpu | `lib_a.ctx` | wrapper_unknown | skipped (1) | — | "
                        "not claimed \\| here |")
-    assert body[3] == "| lib-a | 1.2 | `lib_a.ctx.nested` | wrapper_state | passed (1) | — |  |"
-    assert body[4] == ("| lib-b | — | — | — | **blocked** | — | no torchaudio for this torch; "
+    assert body[3] == ("| lib-a | 1.2 | cpu | `lib_a.ctx.nested` | wrapper_state | passed (1) | "
+                       "— |  |")
+    assert body[4] == ("| lib-b | — | — | — | — | **blocked** | — | no torchaudio for this torch; "
                        "`nox -s \"wrappers(lib_b)\"` |")
     assert len(body) == 5
+
+
+def _fake_run(root: Path) -> None:
+    (root / "lib_a.cuda-fake.json").write_text(json.dumps({
+        "torch": "2.13.0+cpu", "device": "cuda", "fake": True, "run": {"status": "completed"},
+        "results": [
+            _result("test_wrapper_state", "cuda-lib_a.ctx-bf16", "passed"),
+            _result("test_wrapper_unknown", "cuda-lib_a.ctx", "skipped",
+                    "not applicable: on cuda\nnot yet observed"),
+            _result("test_wrapper_float32", "cuda-lib_a.ctx", "failed", "off on cuda"),
+        ]}))
+
+
+def test_a_fake_cuda_run_of_a_library_is_kept_apart_by_its_device(tmp_path):
+    root = _reports(tmp_path)
+    _fake_run(root)
+    summary = wt.summarize(root)
+    assert [(lib["session"], lib.get("device")) for lib in summary["libraries"]] == [
+        ("lib_a", "cpu"), ("lib_a", "cuda (fake)"), ("lib_b", None)]
+    fake = [r for r in summary["rows"] if r["device"] == "cuda (fake)"]
+    assert [r["check"] for r in fake] == ["wrapper_state", "wrapper_unknown", "wrapper_float32"]
+    assert fake[1]["message"] == "not applicable: on cuda not yet observed"  # whole
+    assert fake[2]["command"] == ("nox -s \"wrappers(lib_a)\" -- --device cuda --fake -k "
+                                  "'test_wrapper_float32[cuda-lib_a.ctx]'")
+    body = wt.table(summary)[2:]
+    assert body[4] == ("| lib-a | 1.2 | cuda (fake) | `lib_a.ctx` | wrapper_float32 | "
+                       "**failed**: 1 of 1 | unexplained | off on cuda (`cuda-lib_a.ctx`); "
+                       "`nox -s \"wrappers(lib_a)\" -- --device cuda --fake -k "
+                       "'test_wrapper_float32[cuda-lib_a.ctx]'` |")
+
+
+def test_a_session_run_alone_keeps_the_committed_rows_of_the_others(tmp_path):
+    root = _reports(tmp_path)
+    committed = wt.summarize(root)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    _fake_run(alone)
+    (alone / "lib_a.meta.json").write_text((root / "lib_a.meta.json").read_text())
+    assert [lib["device"] for lib in wt.summarize(alone)["libraries"]] == ["cuda (fake)"]
+    merged = wt.merge(committed, wt.summarize(alone))
+    assert sorted((lib["session"], lib.get("device")) for lib in merged["libraries"]) == [
+        ("lib_a", "cpu"), ("lib_a", "cuda (fake)"), ("lib_b", None)]
+    assert len(merged["rows"]) == len(committed["rows"]) + 3
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(committed))
+    assert wt.main(["--reports", str(alone), "--summary", str(summary)]) == 0
+    assert json.loads(summary.read_text())["libraries"] == merged["libraries"]
 
 
 def test_markdown_marks_a_summary_not_made_by_the_tier():
@@ -91,7 +139,7 @@ def test_markdown_marks_a_summary_not_made_by_the_tier():
          "status": "completed"}], "rows": []}
     text = wt.markdown(summary)
     assert text.startswith("> **Observed directly, not by the wrapper tier** (observe.py)")
-    assert "| x | 1 | — | — | **no wrapper results** (completed) | — |" in text
+    assert "| x | 1 | cpu | — | — | **no wrapper results** (completed) | — |" in text
     assert "Observed directly" not in wt.markdown({**summary, "source": "tier"})
 
 

@@ -8,7 +8,9 @@ and its ``integration.toml``) and leaves, in ``reports/wrappers/``:
 - ``<library>.meta.json``: ``{"library", "version", "torch", "wrappers": [names]}`` from the
   declaration module;
 - or ``<library>.blocked.json``: ``{"library", "reason"}`` where the library could not be
-  installed or imported (then nothing else).
+  installed or imported (then nothing else);
+- optionally ``<library>.cuda-fake.json``: the same library's run on a fake cuda device
+  (``--device cuda --fake``, no GPU needed), its rows kept apart by their device.
 
 :func:`summarize` turns that directory into one compact summary (``docs/data/wrappers-observed.json``
 is the committed one), :func:`markdown` turns a summary into the table, and ``--write``
@@ -19,8 +21,9 @@ puts it between the markers of docs/wrappers.md::
     python -m amp_conformance.tools.wrappers_table --summary docs/data/wrappers-observed.json \\
         --write docs/wrappers.md           # regenerate from the committed summary
 
-A project test keeps docs/wrappers.md's table equal to what :func:`markdown` makes from the
-committed summary.
+Summarizing a reports directory keeps the committed rows of the libraries (and devices) it
+does not hold, so one library's session updates its own rows alone. A project test keeps
+docs/wrappers.md's table equal to what :func:`markdown` makes from the committed summary.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ from amp_conformance.tools.observed_table import Table
 BEGIN = "<!-- wrappers-table:begin -->"
 END = "<!-- wrappers-table:end -->"
 FAILING = ("failed", "error", "xpassed", "unfinished")
-COLUMNS = ("library", "version", "wrapper", "check", "result", "whose", "reproduction")
+COLUMNS = ("library", "version", "device", "wrapper", "check", "result", "whose",
+           "reproduction")
+#: the runs of a library a reports directory may hold: the file's suffix, and the options
+#: that reproduce one of its items through the library's session
+RUNS = (("", ()), (".cuda-fake", ("--device", "cuda", "--fake")))
+CPU = "cpu"
 #: an expected failure whose reason starts so is PyTorch's departure met through a library;
 #: every other one is the library's own
 PYTORCH = "PyTorch"
@@ -49,10 +57,17 @@ def whose(row: dict) -> str:
 
 
 
-def session_command(library: str, select: str | None = None) -> str:
-    """The command that reproduces a library's run (one item of it with ``select``)."""
+def session_command(library: str, select: str | None = None,
+                    options: tuple[str, ...] = ()) -> str:
+    """The command that reproduces a library's run (one item of it with ``select``; on
+    another device with ``options``)."""
     base = f'nox -s "wrappers({library})"'
-    return f"{base} -- -k '{select}'" if select else base
+    return f"{base} -- {' '.join((*options, ''))}-k '{select}'" if select else base
+
+
+def _device(report: dict) -> str:
+    """The device a report's run checked: ``cpu``, or ``cuda (fake)``."""
+    return f"{report.get('device') or CPU}{' (fake)' if report.get('fake') else ''}"
 
 
 def _wrapper_of(result: dict, names: list[str]) -> str | None:
@@ -97,28 +112,60 @@ def summarize(root: Path) -> dict:
             libraries.append({"session": key, "library": library, "version": blocked.get("version"),
                               "status": "blocked", "reason": blocked.get("reason", "")})
             continue
-        report = read_json(root / f"{key}.json")
-        run = report.get("run") or {}
-        libraries.append({"session": key, "library": library, "version": meta.get("version"),
-                          "torch": report.get("torch") or meta.get("torch"),
-                          "status": run.get("status") or ("unreadable" if not report else "completed")})
-        names = list(meta.get("wrappers") or [])
-        for result in report.get("results") or []:
-            wrapper = _wrapper_of(result, names)
-            if wrapper is None:
-                continue
-            outcome = result.get("outcome") or "unknown"
-            passed = outcome == "passed"
-            w = result["wrapper"] if isinstance(result.get("wrapper"), dict) else {}
-            check = w.get("check") or result.get("check") or result.get("test")
-            rows.append({"session": key, "library": library, "version": meta.get("version"),
-                         "wrapper": wrapper, "check": check,
-                         "item": w.get("precision") or result.get("param") or _select(result),
-                         "result": outcome,
-                         "message": "" if passed else _whole(result.get("message"))
-                         if outcome == "skipped" else _headline(result.get("message")),
-                         "command": "" if passed else session_command(key, _select(result))})
+        runs = [(read_json(root / f"{key}{suffix}.json"), options) for suffix, options in RUNS]
+        # a library whose reports are unreadable gets one (CPU) entry saying so
+        for report, options in [r for r in runs if r[0]] or runs[:1]:
+            found = _run(key, library, meta, report, options)
+            libraries.append(found[0])
+            rows += found[1]
     return {"source": "tier", "libraries": libraries, "rows": rows}
+
+
+def _run(key: str, library: str, meta: dict, report: dict, options: tuple[str, ...]
+         ) -> tuple[dict, list[dict]]:
+    """One run of a library: its entry and its rows."""
+    run, device, rows = report.get("run") or {}, _device(report), []
+    entry = {"session": key, "library": library, "version": meta.get("version"),
+             "torch": report.get("torch") or meta.get("torch"), "device": device,
+             "status": run.get("status") or ("unreadable" if not report else "completed")}
+    names = list(meta.get("wrappers") or [])
+    for result in report.get("results") or []:
+        wrapper = _wrapper_of(result, names)
+        if wrapper is None:
+            continue
+        outcome = result.get("outcome") or "unknown"
+        passed = outcome == "passed"
+        w = result["wrapper"] if isinstance(result.get("wrapper"), dict) else {}
+        check = w.get("check") or result.get("check") or result.get("test")
+        rows.append({"session": key, "library": library, "version": meta.get("version"),
+                     "device": device, "wrapper": wrapper, "check": check,
+                     "item": w.get("precision") or result.get("param") or _select(result),
+                     "result": outcome,
+                     "message": "" if passed else _whole(result.get("message"))
+                     if outcome == "skipped" else _headline(result.get("message")),
+                     "command": "" if passed else session_command(key, _select(result),
+                                                                  options)})
+    return entry, rows
+
+
+def _key(entry: dict) -> tuple[str, str]:
+    return entry["session"], entry.get("device") or CPU
+
+
+def merge(committed: dict, made: dict) -> dict:
+    """The summary just made, with the committed libraries (and devices) it does not hold."""
+    held = {_key(lib) for lib in made.get("libraries") or []}
+    blocked = {lib["session"] for lib in made.get("libraries") or []
+               if lib.get("status") == "blocked"}
+
+    def kept(entry: dict) -> bool:
+        return _key(entry) not in held and entry["session"] not in blocked
+    # in the order summarize gives (libraries and their devices sorted, rows in run order)
+    return {"source": made.get("source"),
+            "libraries": sorted([lib for lib in committed.get("libraries") or [] if kept(lib)]
+                                + list(made.get("libraries") or []), key=_key),
+            "rows": sorted([r for r in committed.get("rows") or [] if kept(r)]
+                           + list(made.get("rows") or []), key=_key)}
 
 
 def _family(check: str) -> str:
@@ -132,21 +179,22 @@ def _cell(text: str) -> str:
 def table(summary: dict) -> list[str]:
     """One row per library, wrapper and check (its items counted), blocked libraries too."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "| " + " | ".join("---" for _ in COLUMNS) + " |"]
-    groups: dict[tuple[str, str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, str, str], list[dict]] = {}
     for row in summary.get("rows") or []:
-        groups.setdefault((row["session"], row["wrapper"], _family(row["check"])), []).append(row)
-    for lib in sorted(summary.get("libraries") or [], key=lambda x: x["session"]):
-        version = lib.get("version") or "—"
+        groups.setdefault((*_key(row), row["wrapper"], _family(row["check"])), []).append(row)
+    for lib in sorted(summary.get("libraries") or [], key=_key):
+        version, device = lib.get("version") or "—", lib.get("device") or CPU
         if lib.get("status") == "blocked":
-            lines.append(f"| {lib['library']} | {version} | — | — | **blocked** | — | "
+            lines.append(f"| {lib['library']} | {version} | — | — | — | **blocked** | — | "
                          f"{_cell(lib.get('reason', ''))}; `{session_command(lib['session'])}` |")
             continue
-        mine = [k for k in groups if k[0] == lib["session"]]
+        mine = [k for k in groups if k[:2] == _key(lib)]
         if not mine:
-            lines.append(f"| {lib['library']} | {version} | — | — | **no wrapper results** "
-                         f"({lib.get('status')}) | — | `{session_command(lib['session'])}` |")
-        wrappers = list(dict.fromkeys(k[1] for k in mine))
-        for key in sorted(mine, key=lambda k: (wrappers.index(k[1]), k[2])):
+            lines.append(f"| {lib['library']} | {version} | {device} | — | — | **no wrapper "
+                         f"results** ({lib.get('status')}) | — | "
+                         f"`{session_command(lib['session'])}` |")
+        wrappers = list(dict.fromkeys(k[2] for k in mine))
+        for key in sorted(mine, key=lambda k: (wrappers.index(k[2]), k[3])):
             items = groups[key]
             bad = [r for r in items if r["result"] in FAILING]
             departs = [r for r in items if r["result"] == "xfailed"]
@@ -163,8 +211,8 @@ def table(summary: dict) -> list[str]:
             else:
                 result = f"skipped ({len(items)})"
                 repro = _cell(items[0].get("message") or "")
-            lines.append(f"| {lib['library']} | {version} | `{key[1]}` | {key[2]} | {result} | "
-                         f"{owner} | {repro} |")
+            lines.append(f"| {lib['library']} | {version} | {device} | `{key[2]}` | {key[3]} | "
+                         f"{result} | {owner} | {repro} |")
     return lines
 
 
@@ -176,14 +224,15 @@ def markdown(summary: dict) -> str:
                 "regenerates this table from the tier's reports once it runs.", ""]
     torch = sorted({lib.get("torch") for lib in summary.get("libraries") or [] if lib.get("torch")})
     if torch:
-        head += [f"torch {', '.join(torch)}, CPU.", ""]
+        head += [f"torch {', '.join(torch)}, on a CPU; `cuda (fake)`: the same library run with "
+                 "`--device cuda --fake` (no GPU: no values or autograd there).", ""]
     return "\n".join([*head, *table(summary)]) + "\n"
 
 
 TABLE = Table(prog="python -m amp_conformance.tools.wrappers_table",
               description=__doc__.splitlines()[0], reports="reports/wrappers",
               session="nox -s wrappers", marker="*.json", summarize=summarize,
-              markdown=markdown, begin=BEGIN, end=END)
+              markdown=markdown, begin=BEGIN, end=END, merge=merge)
 write = TABLE.write
 main = TABLE.main
 
