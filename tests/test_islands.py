@@ -499,3 +499,23 @@ def test_a_devices_failure_reproduces_the_scenario_its_text_names(decl):
         before.restore()
     printed = [line for line in out.getvalue().splitlines() if line.startswith(f"{point}: ")]
     assert printed and observed in printed[0], (text, out.getvalue())
+
+
+def test_a_runners_restored_failure_reproduces_what_it_names():
+    """Run as pasted, the reproduction prints the differences the failure lists."""
+    decl = dataclasses.replace(RUNNER, name="open_on_raise", runs=planted_islands.leaves_open_on_raise)
+    case = next(c for c in cases([decl], "cpu", (torch.bfloat16,)) if c.check == "restored")
+    before = AutocastState.capture("cpu")
+    with pytest.raises(ConformanceFailure) as info:
+        runner.check_restored(case)
+    lines = str(info.value).split("\n")
+    named = [line.strip().removeprefix("after the body raised: ") for line in lines
+             if line.strip().startswith("after the body raised: ")]
+    code = [line[4:] for line in lines[lines.index("  reproduce:") + 1:]]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec("\n".join(code[:1] + code[2:]), {"decl": decl})  # noqa: S102 - the repro
+    finally:
+        before.restore()
+    assert named and all(n in out.getvalue() for n in named), (named, out.getvalue())

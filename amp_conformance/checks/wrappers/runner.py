@@ -144,12 +144,15 @@ def check_restored(case: WrapperCase) -> None:
 
 
 def _restored_lines(case: WrapperCase, raised: bool) -> list[str]:
-    """The scenario that failed: a body that raises, or one that returns."""
+    """The scenario that failed, a body that raises or one that returns, printing what
+    differs in the whole autocast state (every device's, the cache flag, the nesting)."""
     dev, p = case.device, case.precision
-    state = f"print(torch.is_autocast_enabled({dev!r}), torch.get_autocast_dtype({dev!r}))"
-    first = f"torch.set_autocast_dtype({dev!r}, {other_dtype(case.amp_dtype)})"
+    head = ["from amp_conformance.core.state import AutocastState",
+            f"torch.set_autocast_dtype({dev!r}, {other_dtype(case.amp_dtype)})",
+            f"before = AutocastState.capture({dev!r})"]
+    show = f"print(before.diff(AutocastState.capture({dev!r})))  # what differs from before"
     if not raised:
-        return [first, f"decl.runs(lambda: None, {p!r}, {dev!r})", state]
-    return ["def body():", "    raise RuntimeError('raised by the body')", first, "try:",
+        return [*head, f"decl.runs(lambda: None, {p!r}, {dev!r})", show]
+    return [*head, "def body():", "    raise RuntimeError('raised by the body')", "try:",
             f"    decl.runs(body, {p!r}, {dev!r})", "except RuntimeError:",
-            "    pass  # it reached the caller", state]
+            "    pass  # it reached the caller", show]
