@@ -91,3 +91,36 @@ def test_one_backends_session_keeps_the_other_backends_rows(tmp_path):
     merged = vendors_table.merge(committed, fresh)
     assert [(b["session"], b["counts"]["passed"]) for b in merged["backends"]] == \
         [("ipex", 3), ("xla", 2)]
+
+
+def test_the_excused_items_are_counted_per_mechanism_and_listed(tmp_path):
+    """The report's ``excused`` (plugin/excuses.py) reaches the row and the section: its count
+    and mechanisms in the verdict line's words, each item with its evidence; a report from
+    before excuses were counted says so rather than reading as none excused."""
+    root = _reports(tmp_path / "r")
+    report = json.loads((root / "xla.json").read_text())
+    report["excused"] = {"count": 3, "by_mechanism": {"limit": 2, "transform limit": 1}, "items": [
+        {"nodeid": "s.py::test_t[xla-grad-torch_16]", "outcome": "passed",
+         "mechanism": "transform limit", "evidence": ["geqrf: raises X too", "qr: departs too"]},
+        {"nodeid": "s.py::test_e[xla-2]", "outcome": "skipped", "mechanism": "limit",
+         "evidence": "run again with autocast disabled on xla, it fails the same way: E: no"},
+        {"nodeid": "s.py::test_e[xla-1]", "outcome": "skipped", "mechanism": "limit",
+         "evidence": "run again with autocast disabled on xla, it fails the same way: E: no"}]}
+    (root / "xla.json").write_text(json.dumps(report))
+    (backend,) = vendors_table.summarize(root)["backends"]
+    assert backend["excused"]["count"] == 3
+    assert backend["excused"]["by_mechanism"] == {"limit": 2, "transform limit": 1}
+    text = vendors_table.markdown({"backends": [backend]})
+    assert "| 1 | 1 | 2 | 0 | 3 (limits 2, transform limits 1) | completed" in text
+    assert "Excused (3 items: limits 2, transform limits 1;" in text
+    lines = text.splitlines()
+    first = lines.index("- limit: `test_e[xla-1]` (skipped) — run again with autocast disabled "
+                        "on xla, it fails the same way: E: no")
+    assert lines[first + 2] == ("- transform limit: `test_t[xla-grad-torch_16]` (passed) — "
+                                "2 entries: geqrf, qr")
+    del report["excused"]
+    (root / "xla.json").write_text(json.dumps(report))
+    (backend,) = vendors_table.summarize(root)["backends"]
+    assert backend["excused"] is None
+    text = vendors_table.markdown({"backends": [backend]})
+    assert "| 0 | — (not counted) | completed" in text and "Excused (" not in text

@@ -5,7 +5,9 @@ registry into its own virtualenv, runs ``discover``, ``coverage`` and the superv
 from its folder (``examples/vendors/<name>/``, described by its ``integration.toml``) and
 leaves, in ``reports/vendors/``:
 
-- ``<name>.json``: the supervised run's report (docs/report-schema.md);
+- ``<name>.json``: the supervised run's report (docs/report-schema.md), whose ``excused``
+  (the items a limit, a missing kernel or a transform's own departure spared, each proved
+  independent of autocast) the table counts per mechanism and the backend's section lists;
 - ``<name>.meta.json``: ``{"backend", "module", "version", "torch", "device", "command",
   "coverage", "wall_s"}``: what was run, and the coverage line.
 
@@ -30,6 +32,7 @@ import re
 from pathlib import Path
 
 from amp_conformance.plugin.report import causes
+from amp_conformance.plugin.report.banner import EXCUSES
 from amp_conformance.tools.matrix import read_json
 from amp_conformance.tools.observed_table import Table
 
@@ -63,6 +66,22 @@ def _xfails(results: list[dict], declared: bool) -> list[dict]:
             for reason, items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
+def _excused(report: dict) -> dict | None:
+    """The run's excused items as its report counts them: ``count``, ``by_mechanism`` and each
+    item with its evidence (one line, or one per excused entry of a transform item); None
+    for a report from before excuses were counted, which says nothing of them."""
+    found = report.get("excused")
+    if not isinstance(found, dict):
+        return None
+    items = [{"nodeid": i.get("nodeid"), "outcome": i.get("outcome"),
+              "mechanism": i.get("mechanism"),
+              "evidence": ([str(e)[:300] for e in i["evidence"]]
+                           if isinstance(i.get("evidence"), list) else str(i.get("evidence"))[:300])}
+             for i in found.get("items") or []]
+    return {"count": found.get("count", len(items)),
+            "by_mechanism": dict(found.get("by_mechanism") or {}), "items": items}
+
+
 def summarize(root: Path) -> dict:
     """The summary of a directory of vendor runs (layout in the module docstring)."""
     backends = []
@@ -78,6 +97,7 @@ def summarize(root: Path) -> dict:
             "status": run.get("status") or ("unreadable" if not report else "completed"),
             "exitstatus": run.get("exitstatus"), "processes": run.get("processes", 1),
             "counts": {k: (report.get("summary") or {}).get(k, 0) for k in COUNTS},
+            "excused": _excused(report),
             "departures": _xfails(results, declared=True),
             "pytorch_defects": _xfails(results, declared=False),
             "failures": [{k: row[k] for k in ("cause", "count", "items")}
@@ -98,9 +118,21 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _by_mechanism(excused: dict) -> str:
+    """``"limits 6, missing kernels 6"`` (the verdict line's words), largest first."""
+    return ", ".join(f"{EXCUSES.get(m, m)} {n}" for m, n in sorted(
+        excused["by_mechanism"].items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _excused_cell(excused: dict | None) -> str:
+    if excused is None:
+        return "— (not counted)"
+    return str(excused["count"]) + (f" ({_by_mechanism(excused)})" if excused["count"] else "")
+
+
 def table(summary: dict) -> list[str]:
     lines = ["| backend | version | torch | device | passed | failed | xfailed | skipped | "
-             "run | coverage |", "| --- " * 10 + "|"]
+             "excused | run | coverage |", "| --- " * 11 + "|"]
     for b in summary.get("backends") or []:
         c = b["counts"]
         run = f"{b['status']}, exit {b.get('exitstatus')}, {b.get('processes', 1)} process" + (
@@ -108,7 +140,8 @@ def table(summary: dict) -> list[str]:
         lines.append(f"| {b.get('backend')} (`{b.get('module')}`) | {b.get('version')} | "
                      f"{b.get('torch')} | {b.get('device')} | {c['passed']} | "
                      f"{c['failed'] + c['error'] + c['xpassed']} | {c['xfailed']} | "
-                     f"{c['skipped']} | {run} | {_cell(b.get('coverage') or '—')} |")
+                     f"{c['skipped']} | {_excused_cell(b.get('excused'))} | {run} | "
+                     f"{_cell(b.get('coverage') or '—')} |")
     return lines
 
 
@@ -116,8 +149,35 @@ def _items(n: int) -> str:
     return f"{n} item" if n == 1 else f"{n} items"
 
 
+def _excuse(item: dict) -> str:
+    """One excused item: its test, outcome and evidence (a transform item's entries by id)."""
+    evidence = item.get("evidence")
+    if isinstance(evidence, list):
+        said = (f"{len(evidence)} entr{'y' if len(evidence) == 1 else 'ies'}: "
+                + ", ".join(e.split(":", 1)[0] for e in evidence))
+    else:
+        said = _cell(evidence or "")[:200] + ("…" if len(evidence or "") > 200 else "")
+    test = (item.get("nodeid") or "").rsplit("::", 1)[-1]
+    return f"- {item.get('mechanism')}: `{test}` ({item.get('outcome')}) — {said}"
+
+
+def _excuses(backend: dict) -> list[str]:
+    """The excused items, each with what proved its failure not autocast's."""
+    excused = backend.get("excused")
+    if not excused or not excused["count"]:
+        return []
+    order = list(EXCUSES)
+    items = sorted(excused["items"], key=lambda i: (
+        order.index(i.get("mechanism")) if i.get("mechanism") in order else len(order),
+        i.get("nodeid") or ""))
+    return [f"Excused ({_items(excused['count'])}: {_by_mechanism(excused)}; each failure "
+            "shown on the item itself not to be autocast's, the report's `excused` has the "
+            "evidence):", "", *map(_excuse, items), ""]
+
+
 def details(backend: dict) -> list[str]:
-    """The run's command, then each departure with its evidence, then any failure."""
+    """The run's command, then each departure with its evidence, the excused items, then
+    any failure."""
     lines = [f"### {backend.get('backend')} {backend.get('version')}", "",
              f"`{backend.get('command')}`" + (f" ({backend['wall_s']:.0f} s)"
                                              if backend.get("wall_s") else ""), ""]
@@ -129,6 +189,7 @@ def details(backend: dict) -> list[str]:
                   + (f" and {d['count'] - 1} more" if d["count"] > 1 else "")
                   for d in departures]
         lines.append("")
+    lines += _excuses(backend)
     known = backend.get("pytorch_defects") or []
     if known:
         lines += [f"PyTorch's own known defects met on this torch "
