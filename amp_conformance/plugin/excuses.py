@@ -115,8 +115,8 @@ def proof(item: pytest.Item, call: pytest.CallInfo) -> Proof:
             calls = list(_entry_calls(case, device))
         except Exception:  # noqa: BLE001 - no call to make: the rerun alone tells
             calls = []
-        for how, call in calls:
-            again = _raised(call)
+        for how, thunk in calls:
+            again = _raised(thunk)
             if again is not None and same_way(error, again):
                 found = Proof(True, f"its entry's own call outside autocast, on its inputs "
                                     f"{how}, raises the same: {_said(again)}")
