@@ -120,14 +120,18 @@ def chain(error: BaseException | None) -> Iterator[BaseException]:
                         *(getattr(exc, "exceptions", None) or ())])
 
 
-_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![A-Za-z_0-9])\d+")  # float16's 16 is no number
+_DTYPE = re.compile(r"\b(?:torch\.)?(?:b?float(?:16|32|64)|half|double|(?:c10::|at::k|ScalarType::)?"
+                    r"(?:Half|BFloat16|Float|Double)|b?f(?:16|32|64)|fp(?:16|32|64))\b")
 
 
 @dataclass(frozen=True)
 class Signature:
     """How a call failed: what the backend (or the check) raised, the op it names and its
     first line (with the next, where the first only introduces it: a check's verdict), numbers
-    masked (ids, addresses, sizes differ per call)."""
+    masked (ids, addresses, sizes differ per call), and in a backend's own error the floating
+    dtypes too (its message spells the dtypes the call met, which autocast changed: XLA's
+    ``bf16[8,8]``, ``f32[8,8]``); a check's verdict keeps them, being about them."""
 
     kind: str
     op: str | None
@@ -136,7 +140,10 @@ class Signature:
 
 def signature(error: BaseException) -> Signature:
     members = getattr(error, "exceptions", None)
-    line = _NUMBER.sub("N", first_line(headline(str(error)), 300))  # the telling line
+    line = first_line(headline(str(error)), 300)  # the telling line
+    if not isinstance(error, AssertionError):
+        line = _DTYPE.sub("<dtype>", line)
+    line = _NUMBER.sub("N", line)
     if members:  # Hypothesis's distinct failures: the group is the set of them
         line += " [" + "; ".join(sorted(str(signature(m)) for m in members)) + "]"
     return Signature(type(error).__name__, missing_kernel(error) or refused_op(error), line)

@@ -138,12 +138,13 @@ def _by_kernel(stack: contextlib.ExitStack, qualname: str, device: str,
     policy: eligible tensors cast, the op called below the key."""
     op = _custom_op(stack, qualname)
     key = devices.dispatch_key(device)
-    below = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    named = getattr(torch._C.DispatchKey, key, None)  # AutocastXLA has no Python name
 
     overload = _overload(qualname)
 
     def kernel(*args: torch.Tensor | None) -> torch.Tensor:
-        with torch._C._ExcludeDispatchKeyGuard(below):
+        with (torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(named)) if named
+              is not None else torch._C._DisableAutocast()):
             return overload(*hand_cast(args, dtype, device))
 
     library = torch.library.Library(qualname.split("::")[0], "IMPL")
