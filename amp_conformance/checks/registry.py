@@ -13,6 +13,7 @@ prints docs/checks.md's table of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -41,8 +42,10 @@ __all__ = ["BEGIN", "END", "REGISTRY", "Check", "UnknownCheck", "families", "get
 PACKAGE = checks.__name__
 
 
+@functools.cache
 def families() -> tuple[ModuleType, ...]:
-    """Every family package, by name: a package of ``amp_conformance.checks`` with ``CHECKS``."""
+    """Every family package, by name: a package of ``amp_conformance.checks`` with ``CHECKS``
+    (read once: the parametrization asks for them per test function)."""
     found = []
     for info in sorted(pkgutil.iter_modules(checks.__path__), key=lambda i: i.name):
         if info.ispkg:
