@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,15 @@ def nesting() -> int:
 def autocast_device_types() -> tuple[str, ...]:
     """Every device type whose autocast state torch keeps here (the in-tree ones and the
     PrivateUse1 backend's current name); a type this torch cannot answer for is left out."""
+    return _answering(devices.privateuse1_name())
+
+
+@functools.cache
+def _answering(privateuse1: str) -> tuple[str, ...]:
+    """The device types torch answers for, the PrivateUse1 backend named ``privateuse1``
+    (asked once per name: every item captures the state twice)."""
     found = []
-    for device in dict.fromkeys([*devices.PROFILES, devices.privateuse1_name()]):
+    for device in dict.fromkeys([*devices.PROFILES, privateuse1]):
         try:
             torch.is_autocast_enabled(device)
             torch.get_autocast_dtype(device)
