@@ -27,7 +27,8 @@ def test_k_selects_by_id(pytester):
 
 
 def test_xdist_runs_the_same_items(pytester):
-    serial = pytester.runpytest(*SUITE, "-v", "-p", "no:randomly")
+    """What two workers run is what a serial run collects (and so runs, every item)."""
+    serial = pytester.runpytest(*SUITE, "--collect-only", "-q", "-p", "no:randomly")
     parallel = pytester.runpytest_subprocess(*SUITE, "-v", "-n", "2")
     assert parallel.ret == 0, parallel.stdout.str()[-2000:]
     assert _ids(serial.outlines) == _ids(parallel.outlines)

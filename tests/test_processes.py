@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -179,32 +182,6 @@ def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkey
             gc.freeze()
 
 
-def test_hypothesis_is_imported_past_rewriting_in_every_process(pytester):
-    """Serial, in xdist workers and in their controller: Hypothesis's modules come from
-    their bytecode, not from pytest's rewriting (which other plugins' modules still get)."""
-    pytester.makeconftest("""
-        import json, os, sys
-
-        def pytest_unconfigure(config):
-            role = getattr(config, "workerinput", {}).get("workerid", "main")
-            loaders = {name: type(sys.modules[name].__spec__.loader).__name__
-                       for name in ("hypothesis", "xdist.plugin") if name in sys.modules}
-            with open(f"loaders-{role}-{os.getpid()}.json", "w") as out:
-                json.dump(loaders, out)
-    """)
-    for workers in ((), ("-n", "2")):
-        result = pytester.runpytest_subprocess(*SUITE, *workers)
-        assert result.ret == 0, result.stdout.str()[-2000:]
-    seen = {p.name.split("-")[1]: json.loads(p.read_text())
-            for p in pytester.path.glob("loaders-*.json")}
-    assert sorted(seen) == ["gw0", "gw1", "main"]
-    assert len(list(pytester.path.glob("loaders-main-*.json"))) == 2  # serial, controller
-    for role in seen:
-        assert seen[role]["xdist.plugin"] == "AssertionRewritingHook", role
-    for path in pytester.path.glob("loaders-*.json"):
-        assert json.loads(path.read_text())["hypothesis"] != "AssertionRewritingHook", path
-
-
 def test_import_past_rewriting_restores_the_import_system(tmp_path, monkeypatch):
     class AssertionRewritingHook:  # the name pytest's finder has
         asked: list[str] = []
@@ -224,34 +201,95 @@ def test_import_past_rewriting_restores_the_import_system(tmp_path, monkeypatch)
     assert sys.meta_path == before
 
 
-def test_xdist_workers_run_their_items_at_their_share(pytester, monkeypatch):
-    """Seen from inside the items: under -n 2 each worker runs at cores // 2 threads (at
-    least one), and the header says so; with OMP_NUM_THREADS set, at what the user set."""
-    probe = _probe(pytester, """
-        import json, os, pytest, torch
+#: a conftest beside a run: which loader gave each process Hypothesis and xdist's plugin
+LOADERS = """
+import json, os, sys
 
-        @pytest.fixture(autouse=True)
-        def _threads():
-            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-            with open(f"threads-{worker}.json", "w") as out:
-                json.dump(torch.get_num_threads(), out)
-            yield
-    """)
-    for name in processes.USER_THREADS:
-        monkeypatch.delenv(name, raising=False)
-    result = pytester.runpytest_subprocess(*SUITE, *probe, "-n", "2")
-    assert result.ret == 0, result.stdout.str()[-2000:]
-    share = processes.worker_threads(2, processes.cores())
-    result.stdout.fnmatch_lines([f"*torch intra-op threads per xdist worker: {share} "
-                                 f"({processes.cores()} cores, 2 workers)*"])
-    seen = {json.loads(p.read_text()) for p in pytester.path.glob("threads-gw*.json")}
-    assert seen == {share}
-    mine = share + 1  # the user's count, told apart from the share
-    monkeypatch.setenv("OMP_NUM_THREADS", str(mine))
-    for p in pytester.path.glob("threads-*.json"):
-        p.unlink()
-    result = pytester.runpytest_subprocess(*SUITE, *probe, "-n", "2")
-    assert result.ret == 0, result.stdout.str()[-2000:]
-    result.stdout.fnmatch_lines(["*torch threads per xdist worker as you set them "
-                                 f"(OMP_NUM_THREADS={mine})*"])
-    assert {json.loads(p.read_text()) for p in pytester.path.glob("threads-gw*.json")} == {mine}
+def pytest_unconfigure(config):
+    role = getattr(config, "workerinput", {}).get("workerid", "main")
+    loaders = {name: type(sys.modules[name].__spec__.loader).__name__
+               for name in ("hypothesis", "xdist.plugin") if name in sys.modules}
+    with open(f"loaders-{role}-{os.getpid()}.json", "w") as out:
+        json.dump(loaders, out)
+"""
+#: a plugin beside a run (``-p amp_probe``): each worker's torch threads, seen from its items
+THREADS = """
+import json, os, pytest, torch
+
+@pytest.fixture(autouse=True)
+def _threads():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"threads-{worker}.json", "w") as out:
+        json.dump(torch.get_num_threads(), out)
+    yield
+"""
+
+
+def _loaders(folder: Path) -> dict[str, list[dict]]:
+    """role -> what each process of that role (``main``: serial or controller) loaded."""
+    seen: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("loaders-*.json")):
+        seen.setdefault(path.name.split("-")[1], []).append(json.loads(path.read_text()))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def xdist_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One ``pytest -n 2`` run of the suite with both probes beside it, the user's thread
+    counts unset, in a folder of its own (as pytester runs it): what each test of
+    :class:`TestAnXdistRun` reads of it."""
+    folder = tmp_path_factory.mktemp("xdist-run")
+    (folder / "conftest.py").write_text(LOADERS, encoding="utf-8")
+    (folder / "amp_probe.py").write_text(THREADS, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*processes.USER_THREADS, "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", f"--basetemp={folder / 'tmp'}",
+                           *SUITE, "-p", "amp_probe", "-n", "2"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc, folder
+
+
+@pytest.mark.slow
+class TestAnXdistRun:
+    """What the processes of a run pay, read from one ``-n 2`` run (:func:`xdist_run`)."""
+
+    def test_hypothesis_is_imported_past_rewriting_in_every_process(self, pytester, xdist_run):
+        """Serial, in xdist workers and in their controller: Hypothesis's modules come from
+        their bytecode, not from pytest's rewriting (which other plugins' modules still get)."""
+        parallel, folder = xdist_run
+        assert parallel.returncode == 0, parallel.stdout[-2000:]
+        pytester.makeconftest(LOADERS)
+        serial = pytester.runpytest_subprocess(*SUITE)
+        assert serial.ret == 0, serial.stdout.str()[-2000:]
+        alone, workers = _loaders(pytester.path), _loaders(folder)
+        assert sorted(alone) == ["main"] and sorted(workers) == ["gw0", "gw1", "main"]
+        assert len(alone["main"]) == len(workers["main"]) == 1  # serial, controller
+        for seen in (alone, workers):
+            for role, processes_of_role in seen.items():
+                for loaders in processes_of_role:
+                    assert loaders["xdist.plugin"] == "AssertionRewritingHook", role
+                    assert loaders["hypothesis"] != "AssertionRewritingHook", role
+
+    def test_xdist_workers_run_their_items_at_their_share(self, pytester, monkeypatch, xdist_run):
+        """Seen from inside the items: under -n 2 each worker runs at cores // 2 threads (at
+        least one), and the header says so; with OMP_NUM_THREADS set, at what the user set."""
+        result, folder = xdist_run
+        assert result.returncode == 0, result.stdout[-2000:]
+        share = processes.worker_threads(2, processes.cores())
+        pytest.LineMatcher(result.stdout.splitlines()).fnmatch_lines(
+            [f"*torch intra-op threads per xdist worker: {share} ({processes.cores()} cores, "
+             "2 workers)*"])
+        seen = {json.loads(p.read_text()) for p in folder.glob("threads-gw*.json")}
+        assert seen == {share}
+        probe = _probe(pytester, THREADS)
+        for name in processes.USER_THREADS:
+            monkeypatch.delenv(name, raising=False)
+        mine = share + 1  # the user's count, told apart from the share
+        monkeypatch.setenv("OMP_NUM_THREADS", str(mine))
+        result = pytester.runpytest_subprocess(*SUITE, *probe, "-n", "2")
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        result.stdout.fnmatch_lines(["*torch threads per xdist worker as you set them "
+                                     f"(OMP_NUM_THREADS={mine})*"])
+        assert {json.loads(p.read_text()) for p in pytester.path.glob("threads-gw*.json")} == \
+            {mine}
