@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from amp_conformance import __main__ as cli
 from amp_conformance.plugin import health
 from amp_conformance.plugin.report import banner, journal, render
 from amp_conformance.tools import run as supervised
@@ -113,51 +114,105 @@ def test_plain_serial_run_stops_where_the_device_was_lost(tmp_path):
     assert f"DEVICE LOST after ::{POISON}" in proc.stdout.replace("suite/test_oplist.py", "")
 
 
-def test_supervised_serial_run_goes_on_in_a_fresh_process(tmp_path, healthy):
-    proc, data = _supervised(tmp_path)
-    last = proc.stdout.strip().splitlines()[-1]
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert last.startswith("amp-conformance run: completed, exit status 1: DEVICE LOST after "), last
-    _assert_stopped_at_the_poison(json.loads((tmp_path / "r.1.json").read_text()), worker=False)
-    run = data["run"]
-    assert run["status"] == "completed" and run["exitstatus"] == 1 and run["processes"] == 2
-    assert run["not_run"] == 0 and len(data["results"]) == run["collected"]
-    assert [r["kind"] for r in run["restarts"]] == ["device lost"]
-    outcomes = _outcomes(data)
-    assert outcomes.pop(POISON) == "failed"
-    assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
-    assert set(outcomes.values()) <= {"passed", "skipped"}  # never "not run"
-    assert _banner(tmp_path / "r.md").startswith(
-        f"> **DEVICE LOST after {run['restarts'][0]['after']}: that item failed, once, and every "
-        "other item ran in a sound process (2 processes).")
+@pytest.mark.slow
+class TestHeldToASoundDevice:
+    """Runs whose every other item is held to its outcome on a sound device (:func:`healthy`,
+    one run for the class, which one worker runs whole)."""
 
+    def test_supervised_serial_run_goes_on_in_a_fresh_process(self, tmp_path, healthy):
+        proc, data = _supervised(tmp_path)
+        last = proc.stdout.strip().splitlines()[-1]
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert last.startswith("amp-conformance run: completed, exit status 1: DEVICE LOST after "), last
+        _assert_stopped_at_the_poison(json.loads((tmp_path / "r.1.json").read_text()), worker=False)
+        run = data["run"]
+        assert run["status"] == "completed" and run["exitstatus"] == 1 and run["processes"] == 2
+        assert run["not_run"] == 0 and len(data["results"]) == run["collected"]
+        assert [r["kind"] for r in run["restarts"]] == ["device lost"]
+        outcomes = _outcomes(data)
+        assert outcomes.pop(POISON) == "failed"
+        assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
+        assert set(outcomes.values()) <= {"passed", "skipped"}  # never "not run"
+        assert _banner(tmp_path / "r.md").startswith(
+            f"> **DEVICE LOST after {run['restarts'][0]['after']}: that item failed, once, and every "
+            "other item ran in a sound process (2 processes).")
 
-def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(tmp_path, healthy):
-    """The first process is a plain ``pytest -n 2`` run: the worker that lost its device
-    stops, the other's verdicts stand, what the first never ran is not run; the second
-    process runs exactly those."""
-    proc, data = _supervised(tmp_path, "-n", "2")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    first = json.loads((tmp_path / "r.1.json").read_text())
-    _assert_stopped_at_the_poison(first, worker=True)
-    lost = first["run"]
-    assert _banner(tmp_path / "r.1.md").startswith(
-        f"> **DEVICE LOST after {lost['lost_after']} on {lost['lost_on']}: "
-        f"{lost['not_run']} items not run ("), _banner(tmp_path / "r.1.md")
-    run = data["run"]
-    assert run["status"] == "completed" and run["restarts"][0]["on"] == lost["lost_on"]
-    assert len(data["results"]) == run["collected"] == lost["collected"]
-    outcomes = _outcomes(data)
-    assert outcomes.pop(POISON) == "failed"
-    assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
-    second = json.loads((tmp_path / "r.2.json").read_text())
-    assert len(second["results"]) == lost["not_run"]
-    # the workers' -k deselection reaches the controller's report; the merged one keeps the
-    # user's selection (the second child's deselection adds the items the first ran)
-    total = run["collected"] + run["deselected"]
-    assert run["deselected"] == lost["deselected"] > 0
-    assert second["run"]["collected"] + second["run"]["deselected"] == total
-    assert data["options"]["keyword"] == SELECT[-1]
+    def test_xdist_worker_that_lost_its_device_stops_and_the_run_goes_on(self, tmp_path, healthy):
+        """The first process is a plain ``pytest -n 2`` run: the worker that lost its device
+        stops, the other's verdicts stand, what the first never ran is not run; the second
+        process runs exactly those."""
+        proc, data = _supervised(tmp_path, "-n", "2")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        first = json.loads((tmp_path / "r.1.json").read_text())
+        _assert_stopped_at_the_poison(first, worker=True)
+        lost = first["run"]
+        assert _banner(tmp_path / "r.1.md").startswith(
+            f"> **DEVICE LOST after {lost['lost_after']} on {lost['lost_on']}: "
+            f"{lost['not_run']} items not run ("), _banner(tmp_path / "r.1.md")
+        run = data["run"]
+        assert run["status"] == "completed" and run["restarts"][0]["on"] == lost["lost_on"]
+        assert len(data["results"]) == run["collected"] == lost["collected"]
+        outcomes = _outcomes(data)
+        assert outcomes.pop(POISON) == "failed"
+        assert outcomes == {n: o for n, o in healthy.items() if n in outcomes}
+        second = json.loads((tmp_path / "r.2.json").read_text())
+        assert len(second["results"]) == lost["not_run"]
+        # the workers' -k deselection reaches the controller's report; the merged one keeps the
+        # user's selection (the second child's deselection adds the items the first ran)
+        total = run["collected"] + run["deselected"]
+        assert run["deselected"] == lost["deselected"] > 0
+        assert second["run"]["collected"] + second["run"]["deselected"] == total
+        assert data["options"]["keyword"] == SELECT[-1]
+
+    def test_a_persistent_kernel_fault_is_quarantined_after_one_item(self, tmp_path, healthy):
+        """AMP_FAULT=persistent: baddbmm's kernel loses the device in every process. With no
+        option the run completes in two processes: the first item that calls baddbmm failed
+        once, the op was quarantined, every later caller is reported not run (never retried,
+        never a verdict), the rest is as on a sound device; the verdict says it is partial."""
+        log = tmp_path / "calls.txt"
+        proc, data = _supervised(tmp_path, "-k", PERSISTENT_K,
+                                 env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        callers = sorted({line.split("::")[-1] for line in log.read_text().splitlines()})
+        assert len(callers) == 1, callers  # the quarantine kept the faulty kernel from a second item
+        run = data["run"]
+        assert run["status"] == "completed" and run["not_run"] == 0 and run["processes"] == 2
+        # the op is guarded under autocast and below it: its calls outside autocast too are held
+        held = sorted(n.split("::")[-1] for n in run["quarantined"]["aten::baddbmm"])
+        assert held == ["test_numerics[cpu-bfloat16-torch_16-baddbmm]",
+                        "test_outside[cpu-bfloat16-torch_16-baddbmm]"]
+        assert data["summary"]["quarantined"] == 2
+        outcomes = _outcomes(data)
+        assert outcomes[callers[0]] == "failed"
+        assert {outcomes[n] for n in held} == {"not run"}
+        touched = {callers[0], *held}
+        assert {n: o for n, o in outcomes.items() if n not in touched} == {
+            n: o for n, o in healthy.items() if n not in touched}
+        last = proc.stdout.strip().splitlines()[-1]
+        assert "DEVICE LOST in aten::baddbmm after " in last, last
+        assert ("PARTIAL VERDICT: 2 items not run, quarantined: aten::baddbmm loses the device "
+                "(2 items)") in last, last
+        assert "PARTIAL VERDICT" in _banner(tmp_path / "r.md")
+
+    @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+    def test_without_quarantine_every_caller_is_tried(self, tmp_path, healthy, workers):
+        """--no-quarantine: each item that calls the faulty op runs in a fresh process and
+        fails once (one process per caller, as before the quarantine); under xdist too, where
+        the controller then keeps no quarantine file of its own."""
+        log = tmp_path / "calls.txt"
+        proc, data = _supervised(tmp_path, "-k", PERSISTENT_K, *workers, run_args=("--no-quarantine",),
+                                 env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
+        assert len(callers) == 2  # test_policy and test_numerics of baddbmm
+        run = data["run"]
+        assert not run["quarantined"] and data["summary"]["quarantined"] == 0
+        if not workers:
+            assert run["processes"] == len(callers) + 1
+        outcomes = _outcomes(data)
+        assert {n for n, o in outcomes.items() if o == "failed"} == callers
+        last = proc.stdout.strip().splitlines()[-1]
+        assert "DEVICE LOST in aten::baddbmm (2 items): each of those items failed, once" in last, last
 
 
 # -- in process: a healthy device, CPU without a probe, a malformed hook ------------------
@@ -291,58 +346,6 @@ def test_supervised_verdict_of_a_device_lost_with_no_restart_left():
 # -- a kernel that loses the device on every call; a device dead from the start -----------
 
 
-def test_a_persistent_kernel_fault_is_quarantined_after_one_item(tmp_path, healthy):
-    """AMP_FAULT=persistent: baddbmm's kernel loses the device in every process. With no
-    option the run completes in two processes: the first item that calls baddbmm failed
-    once, the op was quarantined, every later caller is reported not run (never retried,
-    never a verdict), the rest is as on a sound device; the verdict says it is partial."""
-    log = tmp_path / "calls.txt"
-    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K,
-                             env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    callers = sorted({line.split("::")[-1] for line in log.read_text().splitlines()})
-    assert len(callers) == 1, callers  # the quarantine kept the faulty kernel from a second item
-    run = data["run"]
-    assert run["status"] == "completed" and run["not_run"] == 0 and run["processes"] == 2
-    # the op is guarded under autocast and below it: its calls outside autocast too are held
-    held = sorted(n.split("::")[-1] for n in run["quarantined"]["aten::baddbmm"])
-    assert held == ["test_numerics[cpu-bfloat16-torch_16-baddbmm]",
-                    "test_outside[cpu-bfloat16-torch_16-baddbmm]"]
-    assert data["summary"]["quarantined"] == 2
-    outcomes = _outcomes(data)
-    assert outcomes[callers[0]] == "failed"
-    assert {outcomes[n] for n in held} == {"not run"}
-    touched = {callers[0], *held}
-    assert {n: o for n, o in outcomes.items() if n not in touched} == {
-        n: o for n, o in healthy.items() if n not in touched}
-    last = proc.stdout.strip().splitlines()[-1]
-    assert "DEVICE LOST in aten::baddbmm after " in last, last
-    assert ("PARTIAL VERDICT: 2 items not run, quarantined: aten::baddbmm loses the device "
-            "(2 items)") in last, last
-    assert "PARTIAL VERDICT" in _banner(tmp_path / "r.md")
-
-
-@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
-def test_without_quarantine_every_caller_is_tried(tmp_path, healthy, workers):
-    """--no-quarantine: each item that calls the faulty op runs in a fresh process and
-    fails once (one process per caller, as before the quarantine); under xdist too, where
-    the controller then keeps no quarantine file of its own."""
-    log = tmp_path / "calls.txt"
-    proc, data = _supervised(tmp_path, "-k", PERSISTENT_K, *workers, run_args=("--no-quarantine",),
-                             env=_env("persistent", AMP_FAULT_OPS="baddbmm", AMP_FAULT_LOG=str(log)))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    callers = {line.split("::")[-1] for line in log.read_text().splitlines()}
-    assert len(callers) == 2  # test_policy and test_numerics of baddbmm
-    run = data["run"]
-    assert not run["quarantined"] and data["summary"]["quarantined"] == 0
-    if not workers:
-        assert run["processes"] == len(callers) + 1
-    outcomes = _outcomes(data)
-    assert {n for n, o in outcomes.items() if o == "failed"} == callers
-    last = proc.stdout.strip().splitlines()[-1]
-    assert "DEVICE LOST in aten::baddbmm (2 items): each of those items failed, once" in last, last
-
-
 def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
     """Under -n 2 a worker that loses its device writes the op to the run's quarantine file;
     the other worker reads it before its next item and no longer calls the op."""
@@ -470,11 +473,11 @@ def test_a_child_under_xdist_may_replace_a_worker_per_faulty_op(pytest_args, cap
     assert sum(a.startswith("--max-worker-restart") for a in command) == (cap is not None)
 
 
-def test_dead_after_must_be_a_positive_whole_number(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run", "--dead-after", "0",
-                           "--", "--co"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "expected a whole number of at least 1, not '0'" in proc.stderr
+def test_dead_after_must_be_a_positive_whole_number(capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error, before any child
+        cli.main(["run", "--dead-after", "0", "--", "--co"])
+    assert exited.value.code == 2
+    assert "expected a whole number of at least 1, not '0'" in capsys.readouterr().err
 
 
 def test_forty_faulty_ops_read_as_forty_ops():
