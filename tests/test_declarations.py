@@ -1,22 +1,13 @@
-"""Declarations drafted from a run (tools/declarations.py, ``run --draft-declarations``),
-and the vendor guide's step-by-step, which reaches a green declared run with them."""
+"""Declarations drafted from a run (tools/declarations.py, ``run --draft-declarations``).
+The vendor guide's step-by-step, which reaches a green declared run with them, is
+tests/test_guide_walk.py's (one walk of the guide serves each of its tests)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
-
-import pytest
-import torch
 
 from amp_conformance.plugin import vendor
 from amp_conformance.tools import declarations
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _item(nodeid: str, check: str, outcome: str, message: str | None = None) -> dict:
@@ -82,52 +73,3 @@ def test_no_line_is_active_until_a_person_takes_it(tmp_path):
         "test_numerics[mydev-bfloat16-torch_fp32-sdpa]",
         "test_numerics[mydev-float16-torch_fp32-sdpa]",
         "test_backward_grads[mydev-float16-lstm]"]
-
-
-def _step_by_step() -> str:
-    """docs/vendor-guide.md's step-by-step, less step 1 (the environment: this test's own
-    serves)."""
-    text = (ROOT / "docs" / "vendor-guide.md").read_text(encoding="utf-8")
-    section = text[text.index("## A first run, step by step"):]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    steps = re.split(r"(?m)^(?=# \d+\. )", block)
-    return "".join(s for s in steps if not s.startswith("# 1. "))
-
-
-@pytest.mark.skipif(not hasattr(torch._C, "_acc"), reason="the example backend needs "
-                    "torch._C._acc (a Python device guard)")
-def test_the_vendor_guide_step_by_step_reaches_a_green_declared_run(tmp_path):
-    """A vendor with the example backend, following the vendor guide alone, declares nothing
-    by hand but the decisions the guide shows, and ends green."""
-    script = _step_by_step()
-    assert "review mydev.toml --accept" in script and "--draft-declarations declared" in script
-    assert "review mydev.toml --keep" in script and "--accept '*'" not in script
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python"  # the guide's `python`: this test's interpreter
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
-    env = {**os.environ, "AMP_CONFORMANCE": str(ROOT),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("PYTEST_ADDOPTS", None)
-    run = tmp_path / "run"
-    run.mkdir()
-    # as a person runs them: the first run fails (exit 1) and the next steps follow it
-    proc = subprocess.run(["bash", "-u", "-c", script], cwd=run, env=env,
-                          capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    # every block discover wrote is decided, in groups: two kept with their expected
-    # failures, the rest accepted (90 on torch 2.13; the count follows torch's lists)
-    assert "in 7 groups" in out and "[lower/unchanged-values-differ]  1 entry" in out, out[:4000]
-    assert "review: accepted 0, kept 2, 88 left to review" in out, out[-4000:]
-    assert "review: 4 expected failures of the kept entries added to mydev-xfail.txt" in out
-    assert "review: accepted 88, kept 0, 0 left to review" in out, out[-4000:]
-    assert "refused to accept" not in out
-    assert "amp-conformance run: drafted declared/capabilities.toml and declared/xfail.txt" in out
-    capabilities = tomllib.loads((run / "declared" / "capabilities.toml").read_text())
-    assert capabilities["capabilities"] == {"cast_cache": False, "sparse_grads": False}
-    last = out.strip().splitlines()
-    assert last[-1] == "amp-conformance run: completed, pytest exit status 0", out[-3000:]
-    assert re.search(r"\d+ passed, \d+ skipped, \d+ xfailed", out), out[-3000:]
-    assert " failed" not in last[-2]
