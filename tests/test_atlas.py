@@ -50,6 +50,7 @@ def test_atlas_drift_lists_changed_cells():
     assert atlas.diff(old, new) == ["mm [cpu]: lower → bfloat16  ->  fp32 → float32"]
 
 
+@pytest.mark.slow
 def test_an_atlas_cell_that_kills_the_process_says_so_and_the_rest_is_made(tmp_path):
     """A backend that dies in one op (tests/backends/amp_crash.py: AutocastCPU roll aborts)
     costs that cell only: the atlas runs each device's cells in a child and goes on past it."""

@@ -89,6 +89,7 @@ def test_backend_module_that_raises(pytester):
                         "RuntimeError: no driver")
 
 
+@pytest.mark.slow
 def test_backend_module_that_calls_sys_exit(pytester):
     # a subprocess: a sys.exit that escaped would end an in-process run with it
     pytester.makepyfile(exiting_backend="import sys\nsys.exit(3)\n")
@@ -155,6 +156,7 @@ def _device_without_a_list() -> str:
     return usable[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("report", [False, True])
 def test_device_without_an_oplist(pytester, tmp_path, report):
     device = _device_without_a_list()

@@ -155,6 +155,7 @@ def _fakegpu(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
                           env=full_env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @needs_python_backend
 def test_fakegpu_layer_norm_items_pass_and_its_dropped_kernel_fails_them():
     """layer_norm is in fakegpu's policy (fp32) but not in FORMS: the example's conftest

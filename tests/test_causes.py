@@ -124,6 +124,7 @@ def test_the_report_and_the_terminal_group_failures_by_cause(pytester, monkeypat
                                  "<amp dtype>"])
 
 
+@pytest.mark.slow
 def test_run_ends_with_the_causes(tmp_path):
     env = dict(os.environ, AMP_CONFORMANCE_MUTANT="mm-kept-fp32")
     proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run",
@@ -135,6 +136,7 @@ def test_run_ends_with_the_causes(tmp_path):
     assert " failures in " in last and " × ConformanceFailure: " in last, last
 
 
+@pytest.mark.slow
 def test_an_opt_in_tier_that_skips_everything_for_one_cause_fails(pytester):
     """--amp-compile on a device declaring no torch.compile: every compiled_policy item is
     skipped, most for that one cause (the rest not applicable: version bounds); the run
@@ -160,6 +162,7 @@ def test_an_opt_in_tier_that_skips_everything_for_one_cause_fails(pytester):
     assert allowed.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
 def test_a_tier_that_ran_is_no_setup_error(pytester):
     result = pytester.runpytest("--pyargs", "amp_conformance.suite", "--amp-compile", "eager",
                                 "-k", "compiled_policy and torch_16-mm", "-p", "no:cacheprovider")

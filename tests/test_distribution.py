@@ -96,6 +96,7 @@ def test_otherwise_file_order_is_kept(why):
     assert [i.nodeid for i in items] == before
 
 
+@pytest.mark.slow
 def test_every_worker_runs_in_the_same_order(pytester):
     """Under -n 2 both workers collect the same order (xdist refuses differing ones), and
     every item runs once; serially, file order."""

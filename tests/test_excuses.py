@@ -114,6 +114,7 @@ def _faulty(tmp_path: Path, fault: str, select: str, *extra: str) -> tuple[dict,
     return json.loads((tmp_path / "r.json").read_text()), out
 
 
+@pytest.mark.slow
 @needs_python_backend
 @pytest.mark.parametrize("fault, select, says", [
     ("lowering", "test_region_sets_and_restores_state or test_cast_inputs",
@@ -138,6 +139,7 @@ def test_wrong_autocast_buys_no_excuse(tmp_path, fault, select, says):
                 and says.split(": ", 1)[1] in (r["message"] or "")]
 
 
+@pytest.mark.slow
 @needs_python_backend
 def test_a_dtype_departure_under_vmap_is_not_excused_by_a_value_quirk(tmp_path):
     data, out = _faulty(tmp_path, "vmap_bmm", "test_transform and vmap-torch_16")
@@ -147,6 +149,7 @@ def test_a_dtype_departure_under_vmap_is_not_excused_by_a_value_quirk(tmp_path):
                      r"\['float16'\]", item["message"]), item["message"]
 
 
+@pytest.mark.slow
 @needs_python_backend
 def test_a_tensor_that_cannot_be_printed_fails_its_item_and_nothing_more(tmp_path):
     """The device's abs runs in float32 only: the items mm's off autocast fails build their
@@ -162,6 +165,7 @@ def test_a_tensor_that_cannot_be_printed_fails_its_item_and_nothing_more(tmp_pat
     assert "state leaked" not in out
 
 
+@pytest.mark.slow
 @needs_python_backend
 def test_an_excuse_is_counted_shown_and_refused_on_request(tmp_path):
     """A kernel a check needs as a tool, lacking without autocast too: excused, counted on

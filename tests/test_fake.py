@@ -62,6 +62,7 @@ def test_fake_cuda_catches_a_broken_kernel_and_restores_state(op, kernel, entry_
     check_policy(case)  # restored
 
 
+@pytest.mark.slow
 def test_fake_suite_run_fails_naming_the_op(pytester):
     """The whole --fake suite, in a subprocess, with mm kept in float32 on AutocastCUDA."""
     pytester.makepyfile(

@@ -60,6 +60,7 @@ def _excluded_here(device: str) -> int:
     return sum(x.applies(False, dtypes) for x in oplist.load(device).exclusions)
 
 
+@pytest.mark.slow
 def test_coverage_lists_each_foreign_kernel_once_and_passes(tmp_path):
     proc = _run(tmp_path, "-m", "amp_conformance", "coverage", "--device", "cpu",
                 "--backend-module", "amp_foreign", "-q")
@@ -75,6 +76,7 @@ def test_coverage_lists_each_foreign_kernel_once_and_passes(tmp_path):
             in out)
 
 
+@pytest.mark.slow
 def test_the_suite_runs_as_if_they_were_not_there(tmp_path):
     """Every policy item, kernel entry, coverage and the OpInfo tier's policy ops run green
     beside the foreign kernels; coverage says once which kernels it cannot check."""

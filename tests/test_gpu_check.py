@@ -172,6 +172,7 @@ def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_p
         "aot_eager.log", "coverage.log", "opinfo.log", "project.log", "serial.log", "summary.md"]
 
 
+@pytest.mark.slow
 def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_check, tmp_path):
     """Stopped as Ctrl-C stops pytest: its short summary still names the failures."""
     (tmp_path / "test_slow.py").write_text(

@@ -346,6 +346,7 @@ def test_supervised_verdict_of_a_device_lost_with_no_restart_left():
 # -- a kernel that loses the device on every call; a device dead from the start -----------
 
 
+@pytest.mark.slow
 def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
     """Under -n 2 a worker that loses its device writes the op to the run's quarantine file;
     the other worker reads it before its next item and no longer calls the op."""
@@ -370,6 +371,7 @@ def _xdist_persistent(tmp_path: Path, dist: str) -> tuple[subprocess.CompletedPr
     return proc, json.loads(report.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dist", health.REPLACEABLE)
 def test_a_worker_that_loses_its_device_to_an_op_is_replaced(tmp_path, dist):
     """Plain ``pytest -n 2``: the worker whose device an op lost ends after that item's
@@ -401,6 +403,7 @@ def _counts(out: str) -> dict[str, int]:
     return {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", line) if kind != "in"}
 
 
+@pytest.mark.slow
 def test_a_scheduler_that_runs_the_lost_item_again_stops_the_run(tmp_path):
     """--dist loadfile hands a dead worker's whole file to another worker, the item it died
     in included: no worker is replaced, the run stops at the loss as before, and no item
@@ -415,6 +418,7 @@ def test_a_scheduler_that_runs_the_lost_item_again_stops_the_run(tmp_path):
         x["nodeid"] for x in run["lost"])
 
 
+@pytest.mark.slow
 def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
     """AMP_FAULT=dead: every process loses its device in its first item. The run gives up
     after --dead-after (3) processes in a row, names why, and lists the rest as not run."""
@@ -435,6 +439,7 @@ def test_a_device_dead_from_the_start_ends_quickly_with_exit_6(tmp_path):
     assert "runs the rest in a fresh process" not in last
 
 
+@pytest.mark.slow
 def test_a_dead_device_under_xdist_ends_quickly_too(tmp_path):
     """AMP_FAULT=dead with -n 2: each process loses its device in each worker's first item
     (two items, no op blamed), which counts as no progress: the run gives up after
@@ -493,6 +498,7 @@ def test_forty_faulty_ops_read_as_forty_ops():
         "aten::baddbmm"
 
 
+@pytest.mark.slow
 def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
     """Every item of test_cache_interactions calls mm: with mm's kernel faulty and no
     quarantine each process loses the device in its first item, but the probe blames

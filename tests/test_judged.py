@@ -10,12 +10,14 @@ import subprocess
 import sys
 
 import numpy
+import pytest
 import torch
 
 from amp_conformance.plugin.report import judged, render
 from amp_conformance.tools import drift
 
 
+@pytest.mark.slow
 def test_the_json_holds_the_implementation_and_the_pages_show_it(tmp_path):
     path = tmp_path / "r.json"
     env = {**os.environ, "PJRT_DEVICE": "CPU", "AMP_CONFORMANCE_UNRELATED": "x",

@@ -89,6 +89,7 @@ def test_the_page_shows_every_shape_with_its_files_and_commands():
     assert any("--fake" in c for c, _, _ in COMMANDS[2:]), "the shapes on a fake device"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command,want,shown", COMMANDS,
                          ids=[f"command{i}" for i in range(len(COMMANDS))])
 def test_the_library_guide_runs_as_printed(guide_folder, command, want, shown):
@@ -140,6 +141,7 @@ def _failed(out: str) -> dict[str, set[str]]:
     return failed
 
 
+@pytest.mark.slow
 def test_each_shape_fails_when_a_bug_is_planted_into_its_library(tmp_path):
     _write_files(tmp_path, BUGS)
     code, out, _ = _run(f"pytest --pyargs amp_conformance --device cpu {_SHAPES} -k wrapper "
@@ -163,6 +165,7 @@ WRAPPERS = [dataclasses.replace(CORRELATE, name="mylib.no_ending", ending=None),
 '''
 
 
+@pytest.mark.slow
 def test_each_island_fails_without_its_shape_declared(tmp_path):
     """What the page says of each island declared without its shape's field."""
     _write_files(tmp_path)

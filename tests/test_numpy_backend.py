@@ -33,6 +33,7 @@ def _run(tmp_path: Path, *args: str):
     return backends.run(*args, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_discover_writes_a_list_and_coverage_reads_it(tmp_path):
     found = _run(tmp_path, "-m", "amp_conformance", "discover", *NPMODE, "--out", "draft.toml")
     assert found.returncode == 0 and "Traceback" not in found.stderr, found.stderr[-3000:]
@@ -45,6 +46,7 @@ def test_discover_writes_a_list_and_coverage_reads_it(tmp_path):
         "coverage npmode: 9/9 covered, 0 reached but not checked, 0 excluded, 0 missing")
 
 
+@pytest.mark.slow
 def test_the_supervised_run_fails_on_departures_and_names_each_limit_once(tmp_path):
     proc = _run(tmp_path, "-m", "amp_conformance", "run", "--draft-declarations", "declared",
                 "--", *NPMODE, "--oplist", str(OPLIST), "--capabilities", str(CAPABILITIES),
@@ -79,6 +81,7 @@ def test_the_supervised_run_fails_on_departures_and_names_each_limit_once(tmp_pa
     assert "passed, 13 skipped" in again.stdout
 
 
+@pytest.mark.slow
 def test_the_opinfo_tier_and_the_atlas_judge_it(tmp_path):
     pytest.importorskip("expecttest", reason="op_db needs expecttest: pip install expecttest")
     tier = _run(tmp_path, "-m", "pytest", "--pyargs", "amp_conformance", *NPMODE, "--oplist",

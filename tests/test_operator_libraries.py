@@ -78,6 +78,7 @@ def _suite(tmp_path, *extra: str):
                         "-k", "amplib", *extra, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_the_library_is_held_to_its_registered_rules(tmp_path):
     sound = _suite(tmp_path)
     assert sound.returncode == 0 and "28 passed, 2 skipped" in sound.stdout, sound.stdout[-2000:]
@@ -94,6 +95,7 @@ def test_the_library_is_held_to_its_registered_rules(tmp_path):
     assert "test_numerics[cpu-bfloat16-torch_fp32-amplib-exp_sum]" in failed, failed
 
 
+@pytest.mark.slow
 def test_coverage_counts_a_named_library_and_calls_it_foreign_until_then(tmp_path):
     named = backends.run("-m", "amp_conformance", "coverage", "--device", "cpu", "--oplist",
                          str(OPLIST), "-q", cwd=tmp_path)
@@ -105,6 +107,7 @@ def test_coverage_counts_a_named_library_and_calls_it_foreign_until_then(tmp_pat
     assert "an op of library 'amplib', which no op list names" in unnamed.stdout
 
 
+@pytest.mark.slow
 def test_discover_runs_a_library_list_and_drafts_the_kernels_no_list_names(tmp_path):
     """``discover --oplist`` observes a library's entries and writes them with its imports
     (the written list passes the suite); without it, each library kernel is a commented

@@ -157,6 +157,7 @@ sys.meta_path.insert(0, _Absent())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_without_expecttest_the_tier_is_a_usage_error_naming_the_fix(tmp_path, workers):
     """Serially op_db's import fails; an xdist controller, which does not import op_db,

@@ -26,6 +26,7 @@ def test_k_selects_by_id(pytester):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_xdist_runs_the_same_items(pytester):
     """What two workers run is what a serial run collects (and so runs, every item)."""
     serial = pytester.runpytest(*SUITE, "--collect-only", "-q", "-p", "no:randomly")
@@ -35,6 +36,7 @@ def test_xdist_runs_the_same_items(pytester):
     assert len(_ids(serial.outlines)) > 400
 
 
+@pytest.mark.slow
 def test_a_clean_run_warns_of_nothing_in_the_suite(pytester, expecttest_installed):
     """Every plugin module is imported by pytest itself (``pytest_plugins``), before any
     other module imports it, so pytest can rewrite it: no "Module already imported"."""

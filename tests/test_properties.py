@@ -131,6 +131,7 @@ def _break_decorator_and_threads(monkeypatch) -> None:
     plant_inheriting_threads(monkeypatch)
 
 
+@pytest.mark.slow
 def test_rule_listed_as_expected_failure_is_left_out_of_all_rules(inner_run, monkeypatch):
     """(c) decorated_call and fresh_thread broken, decorated_call listed: its item is an
     expected failure and all_rules leaves it out and says so, but still runs the other

@@ -47,6 +47,7 @@ def test_the_suites_dtype_arithmetic_stays_out_of_a_function_mode():
         assert casting.promoted_floating([x, y]) == torch.float32
 
 
+@pytest.mark.slow
 @needs_python_backends
 def test_discover_and_coverage_run_without_a_traceback(tmp_path):
     found = _run(tmp_path, "-m", "amp_conformance", "discover", *PYMODE, "--out", "draft.toml")
@@ -59,6 +60,7 @@ def test_discover_and_coverage_run_without_a_traceback(tmp_path):
         "coverage pymode: 9/9 covered, 0 reached but not checked, 0 excluded, 0 missing")
 
 
+@pytest.mark.slow
 @needs_python_backends
 def test_the_supervised_run_names_only_the_backends_departures(tmp_path):
     proc = _run(tmp_path, "-m", "amp_conformance", "run", "--", *PYMODE, "--oplist", str(OPLIST),
@@ -77,6 +79,7 @@ def test_the_supervised_run_names_only_the_backends_departures(tmp_path):
     assert passed > 200, passed
 
 
+@pytest.mark.slow
 @needs_python_backends
 def test_compile_checks_say_why_nothing_compiles(tmp_path):
     proc = _run(tmp_path, "-m", "pytest", "--pyargs", "amp_conformance", *PYMODE, "--oplist",
@@ -87,6 +90,7 @@ def test_compile_checks_say_why_nothing_compiles(tmp_path):
             "is active (HostOps)") in proc.stdout
 
 
+@pytest.mark.slow
 @needs_python_backends
 def test_a_run_stopped_by_maxfail_does_not_blame_xdist(tmp_path):
     """-x leaves items not run with no device lost: no word of worker restarts."""
@@ -96,6 +100,7 @@ def test_a_run_stopped_by_maxfail_does_not_blame_xdist(tmp_path):
     assert "stopped replacing workers" not in proc.stdout
 
 
+@pytest.mark.slow
 @needs_python_backends
 def test_the_opinfo_tier_and_the_atlas_judge_it(tmp_path):
     pytest.importorskip("expecttest", reason="op_db needs expecttest: pip install expecttest")

@@ -86,6 +86,7 @@ DEMO_SUITE = '''\
     '''
 
 
+@pytest.mark.slow
 def test_a_family_is_one_folder_and_its_suite_module(copy):
     _write(copy, "amp_conformance/checks/demo/__init__.py", DEMO_FAMILY)
     _write(copy, "amp_conformance/checks/demo/mutants.py", DEMO_MUTANTS)
@@ -140,6 +141,7 @@ def test_a_check_is_its_family_module_and_its_suite_test(copy):
     assert data["families"]["regions_depth"]["passed"] == 2
 
 
+@pytest.mark.slow
 def test_an_opt_in_tier_is_a_family_with_a_tier(copy):
     """Its option, its gate (no item without it), its settings: one small subclass."""
     _write(copy, "amp_conformance/checks/extra/__init__.py", '''\

@@ -143,6 +143,7 @@ def test_a_malformed_use_names_file_entry_and_field(tmp_path, table, field, mess
     assert str(path) in text and "'mm2'" in text and f"field '{field}'" in text and message in text
 
 
+@pytest.mark.slow
 def test_the_report_lists_the_defects_the_device_met(tmp_path):
     report = tmp_path / "r.json"
     done = subprocess.run(

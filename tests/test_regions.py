@@ -55,6 +55,7 @@ def _exit_forgetting(what: str) -> Callable:
     return __exit__
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["dtype", "enabled", "cache", "nesting", "swallow"])
 def test_regions_machine_catches_broken_exit(monkeypatch, ci, what):
     """(a) an __exit__ that forgets the outer dtype (or enabled flag, cache flag, nesting

@@ -80,6 +80,7 @@ def test_the_pages_show_each_familys_items_and_time_and_the_tiers():
     assert '<td class="num">2</td><td class="num">2.5 s</td>' in page and html.escape(line) in page
 
 
+@pytest.mark.slow
 def test_a_real_run_times_its_families(tmp_path):
     out = tmp_path / "r.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_the_reports_page_names_every_file_a_supervised_run_writes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     done = subprocess.run(

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 FAULTS = Path(__file__).parent / "faults"
 SELECT = ["-k", "test_policy and torch_16-mm", "-p", "no:cacheprovider", "-q"]
 
@@ -37,6 +39,7 @@ def _supervised(tmp_path: Path, fault: str, *extra: str, run_args: tuple[str, ..
     return proc, json.loads(report.read_text())
 
 
+@pytest.mark.slow
 def test_a_dying_backend_is_no_pass_and_the_item_is_named(tmp_path):
     """Without restarts the run is crashed (exit 3), the item it died in unfinished."""
     proc, data = _supervised(tmp_path, "abort", run_args=("--max-restarts=0",))
@@ -50,6 +53,7 @@ def test_a_dying_backend_is_no_pass_and_the_item_is_named(tmp_path):
     assert outcomes["test_policy[cpu-bfloat16-torch_16-mm]"] == "unfinished"
 
 
+@pytest.mark.slow
 def test_a_dying_backend_is_restarted_and_each_crash_fails_its_item(tmp_path):
     """Restarted (the default), every item that killed its process fails once, naming how;
     the run is a verdict (exit 1), each process's own report kept beside it."""
@@ -70,6 +74,7 @@ def test_a_dying_backend_is_restarted_and_each_crash_fails_its_item(tmp_path):
     assert (tmp_path / "r.md").read_text().splitlines()[2].startswith("> **CRASHED in ")
 
 
+@pytest.mark.slow
 def test_a_hanging_kernel_fails_its_item_by_timeout(tmp_path):
     proc, data = _supervised(tmp_path, "hang")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -87,6 +92,7 @@ def test_a_state_leak_is_pinned_on_the_item(tmp_path):
     assert "xpu enabled: False before, True after" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_an_interrupted_report_naming_the_item(tmp_path):
     report = tmp_path / "r.json"
     (tmp_path / "r.md").write_text("an older run's report\n")
@@ -109,6 +115,7 @@ def test_sigterm_leaves_an_interrupted_report_naming_the_item(tmp_path):
     assert "INCOMPLETE RUN" in (tmp_path / "r.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_run_where_nothing_executed_is_not_green(tmp_path):
     args = [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
             "-k", "bfloat16 and view_as_complex-float16", "-p", "no:cacheprovider", "-q"]

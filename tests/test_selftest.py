@@ -217,6 +217,22 @@ def _args(**kwargs):
     return args
 
 
+class _Done:
+    """A run of the suite that has already ended (the campaign's seam, runner.start)."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def poll(self):
+        return self.run
+
+
+def _started(fake_run_suite):
+    """runner.start as a fake of the whole run: (label, select, options, mutant, timeout,
+    cwd) -> Run."""
+    return lambda *args: _Done(fake_run_suite(*args))
+
+
 def test_red_baseline_stops_the_campaign_loudly(monkeypatch, capsys):
     ran = []
 
@@ -224,7 +240,7 @@ def test_red_baseline_stops_the_campaign_loudly(monkeypatch, capsys):
         ran.append(mutant)
         return runner.Run(label, 1, _FAILED, 0.1)
 
-    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    monkeypatch.setattr(runner, "start", _started(fake_run_suite))
     assert runner.run(_args(only=["mm-kept-fp32"])) == 2
     assert ran == [None], "no mutant runs on a red baseline"
     assert "BASELINE NOT GREEN" in capsys.readouterr().out
@@ -239,7 +255,7 @@ def test_summary_ends_with_killed_count_then_survivors(monkeypatch, capsys):
                                 .replace("torch.mm [entry mm]", "torch.mm"), 0.1)
         return runner.Run(label, 0, "2 passed in 0.1s\n", 0.1)
 
-    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    monkeypatch.setattr(runner, "start", _started(fake_run_suite))
     status = runner.run(_args(only=["mm-kept-fp32", "linear-kept-fp32"], jobs=1))
     lines = capsys.readouterr().out.splitlines()
     assert status == 1
@@ -251,8 +267,8 @@ def test_summary_ends_with_killed_count_then_survivors(monkeypatch, capsys):
 def test_known_gap_survivor_is_reported_but_does_not_fail(monkeypatch, capsys):
     gap = dataclasses.replace(CATALOGUE["mm-kept-fp32"], name="synthetic-gap", gap="a known hole")
     monkeypatch.setitem(CATALOGUE, gap.name, gap)
-    monkeypatch.setattr(runner, "run_suite", lambda label, *a: runner.Run(
-        label, 0, "4 passed in 0.1s\n", 0.1))
+    monkeypatch.setattr(runner, "start", lambda label, *a: _Done(runner.Run(
+        label, 0, "4 passed in 0.1s\n", 0.1)))
     assert runner.run(_args(only=[gap.name])) == 0
     out = capsys.readouterr().out
     assert "killed 0/1" in out and f"survived: {gap.name}" in out and "known gap" in out
@@ -289,14 +305,15 @@ def test_close_mode_counts_declared_survivors_apart(monkeypatch, capsys):
             return runner.Run(label, 0, "2 passed in 0.1s\n", 0.1)
         return runner.Run(label, 1, killed, 0.1)
 
-    monkeypatch.setattr(runner, "run_suite", fake_run_suite)
+    monkeypatch.setattr(runner, "start", _started(fake_run_suite))
     args = _args(numerics="close", only=["close-mm-of-transposed", "mm-one-ulp-off"], jobs=1)
     assert runner.run(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "killed 1/1" in lines
     assert lines[-1].startswith("  survived as declared: mm-one-ulp-off: one ulp")
-    monkeypatch.setattr(runner, "run_suite", lambda label, *a: runner.Run(label, 1, killed, 0.1)
-                        if a[2] else runner.Run(label, 0, "2 passed in 0.1s\n", 0.1))
+    monkeypatch.setattr(runner, "start", lambda label, *a: _Done(
+        runner.Run(label, 1, killed, 0.1) if a[2] else runner.Run(label, 0, "2 passed in 0.1s\n",
+                                                                   0.1)))
     assert runner.run(args) == 1
     assert "declared to survive, but unnamed: mm-one-ulp-off" in capsys.readouterr().out
 
@@ -304,6 +321,7 @@ def test_close_mode_counts_declared_survivors_apart(monkeypatch, capsys):
 # -- the campaign, for real ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_representative_mutants_are_all_killed(tmp_path):
     """A fast part of the campaign, in subprocesses as the command runs it."""
     done = subprocess.run(
@@ -323,6 +341,7 @@ BEYOND_TWO_SAMPLES = ("opinfo-conv2d-ignores-groups", "opinfo-mse-loss-drops-red
                       "opinfo-matmul-vector-into-batch", "opinfo-baddbmm-ignores-beta")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BEYOND_TWO_SAMPLES)
 def test_a_form_beyond_the_first_two_samples_needs_the_default_draw(pytester, monkeypatch, name,
                                                                      expecttest_installed):

@@ -84,6 +84,7 @@ def _takes_two_tensors(op: str) -> bool:
     return tensor_count(FORMS[op](Sizes(1, 1, 1, 1, 2))) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target, dtype", list(zip(TARGETS, DTYPES, strict=True)), ids=str)
 def test_per_op_examples_reach_their_assertions(target, dtype):
     """What the suite's items run: one op each, at the fewer examples of one part

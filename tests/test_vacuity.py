@@ -102,6 +102,7 @@ def _verdict(entry: Entry, target: Target) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device, fake", [("cuda", True), ("cpu", False)], ids=["cuda-fake", "cpu"])
 def test_every_casting_entry_fails_under_a_passthrough_kernel(device, fake):
     target = Target(device, fake)
