@@ -279,20 +279,26 @@ def warm() -> None:
     gc.freeze()
 
 
-def _pytest_args(command: list[str]) -> list[str] | None:
+def pytest_args(command: list[str]) -> list[str] | None:
     """The pytest arguments of a ``python -m pytest`` command, or None for another."""
     return command[3:] if command[:3] == [sys.executable, "-m", "pytest"] else None
 
 
-def launch(command: list[str]) -> Any:
-    """The child process: forked where this platform and process allow it (POSIX, no CUDA
-    context here, ``AMP_CONFORMANCE_FORK`` not 0), else a subprocess. Either in a process
-    group of its own, so a hung child is killed with what it started (xdist workers)."""
-    args = _pytest_args(command)
+def can_fork() -> bool:
+    """Whether a child may be forked from this process: POSIX, no CUDA context here, and
+    ``AMP_CONFORMANCE_FORK`` not 0."""
     import torch
 
-    if (args is not None and hasattr(os, "fork") and os.environ.get("AMP_CONFORMANCE_FORK") != "0"
-            and not torch.cuda.is_initialized()):
+    return (hasattr(os, "fork") and os.environ.get("AMP_CONFORMANCE_FORK") != "0"
+            and not torch.cuda.is_initialized())
+
+
+def launch(command: list[str]) -> Any:
+    """The child process: forked where this process allows it (:func:`can_fork`), else a
+    subprocess. Either in a process group of its own, so a hung child is killed with what
+    it started (xdist workers)."""
+    args = pytest_args(command)
+    if args is not None and can_fork():
         warm()
         # the parent imported the plugin's modules: too late to rewrite their asserts
         return Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"])

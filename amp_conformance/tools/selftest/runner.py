@@ -2,12 +2,17 @@
 
 Each mutant of the check families (``checks/<family>/mutants.py``, gathered by
 :func:`amp_conformance.checks.registry.mutants`; each a deliberately broken autocast) is
-applied in its own run of the suite, a subprocess::
+applied in its own run of the suite, a process of its own::
 
     AMP_CONFORMANCE_MUTANT=<name> python -m pytest -p amp_conformance.plugin.mutant \\
         --pyargs amp_conformance.suite -k <select> --device <device> [--fake]
 
-so mutants never leak into each other. A mutant is **killed** when that run fails and one
+so mutants never leak into each other. The process is forked from the campaign's, which
+imported torch, pytest and the suite once (a run pays its collection and items, not an
+interpreter's start and torch's import: about half its time), where the platform allows
+it; ``AMP_CONFORMANCE_FORK=0`` runs each as that command instead.
+
+A mutant is **killed** when that run fails and one
 failing test's own message (the ``E`` lines of its section of the report, not a test id,
 nor the messages of several tests pieced together) contains every one of the mutant's
 ``expect`` texts: the suite caught it and that test said what is broken. Anything else is
@@ -34,16 +39,18 @@ status 0 when every mutant without a gap was killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from amp_conformance.checks.mutation import Mutant
 from amp_conformance.checks.registry import mutants
@@ -223,8 +230,7 @@ def reproduction(m: Mutant) -> str:
     return f"AMP_CONFORMANCE_MUTANT={shlex.quote(m.name)} {shlex.join(command)}"
 
 
-def run_suite(label: str, select: str, suite_options: Sequence[str], mutant: str | None,
-              timeout: float, cwd: str) -> Run:
+def _env(mutant: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("AMP_CONFORMANCE_MUTANT", None)
     env.pop("PYTEST_ADDOPTS", None)
@@ -234,18 +240,129 @@ def run_suite(label: str, select: str, suite_options: Sequence[str], mutant: str
         # assertion-rewrote (torch, hypothesis, the suite) - a fifth of every run.
         del env["PYTHONDONTWRITEBYTECODE"]
         env["PYTHONPYCACHEPREFIX"] = bytecode_cache()
-    command = suite_command(select, suite_options, mutant)
     if mutant is not None:
         env["AMP_CONFORMANCE_MUTANT"] = mutant
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
-        return Run(label, None, (out or "") + f"\n[timed out after {timeout:.0f}s]",
-                   time.perf_counter() - start)
-    return Run(label, done.returncode, done.stdout + done.stderr, time.perf_counter() - start)
+    return env
+
+
+class Pending:
+    """One run of the suite under way: a child forked from this process, which imported
+    torch, pytest and the suite once (:func:`amp_conformance.tools.run.launch`'s way: a run
+    then pays its collection and its items, not an interpreter's start and torch's import),
+    or a subprocess where forking is not possible; its output goes to a file of its own."""
+
+    def __init__(self, label: str, select: str, suite_options: Sequence[str],
+                 mutant: str | None, timeout: float, cwd: str):
+        self.label, self.timeout, self.start = label, timeout, time.perf_counter()
+        command = suite_command(select, suite_options, mutant)
+        out = tempfile.NamedTemporaryFile(prefix="run-", suffix=".txt", dir=cwd, delete=False)
+        self.path = out.name
+        self.child = _start(command, _env(mutant), cwd, out)
+        out.close()
+
+    def poll(self) -> Run | None:
+        """The finished run, or None while it runs (a run past its time is killed)."""
+        code = self.child.poll()
+        elapsed = time.perf_counter() - self.start
+        if code is None and elapsed <= self.timeout:
+            return None
+        if code is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signal.SIGKILL)
+            self.child.wait()
+        with open(self.path, encoding="utf-8", errors="replace") as done:
+            output = done.read()
+        os.unlink(self.path)
+        if code is None:
+            output += f"\n[timed out after {self.timeout:.0f}s]"
+        return Run(self.label, code, output, elapsed)
+
+
+def _start(command: list[str], env: dict[str, str], cwd: str, out: Any) -> Any:
+    """A forked child running ``pytest.main`` (where this platform and process allow it),
+    else a subprocess; either in a process group of its own, writing to ``out``."""
+    from amp_conformance.tools import run as supervised
+
+    args = supervised.pytest_args(command)
+    if args is None or not supervised.can_fork():
+        return subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    supervised.warm()
+    # the parent imported the plugin's modules: too late to rewrite their asserts
+    return _Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"], env, cwd,
+                   out.fileno())
+
+
+class _Forked:
+    """A child of this process that runs the suite as ``python -m pytest`` would."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str, out: int):
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                os.chdir(cwd)
+                os.environ.clear()
+                os.environ.update(env)
+                import pytest
+
+                sys.argv = ["pytest", *args]
+                code = int(pytest.main(args))
+            except BaseException:  # noqa: BLE001 - whatever ends the child, it exits
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
+def run_all(tasks: Sequence[tuple], jobs: int, timeout: float, cwd: str,
+            done: Callable[[int, Run], None] = lambda *_: None) -> list[Run]:
+    """Run the suite once per task ``(label, select, suite_options, mutant)``, ``jobs`` at a
+    time, from this thread (forking from a thread of a pool is not safe); ``done`` is told of
+    each run in the tasks' order as soon as it and those before it ended."""
+    runs: list[Run | None] = [None] * len(tasks)
+    running: dict[int, Pending] = {}
+    queue, told = list(range(len(tasks))), 0
+    while queue or running:
+        while queue and len(running) < max(1, jobs):
+            i = queue.pop(0)
+            running[i] = start(*tasks[i], timeout, cwd)
+        for i, pending in list(running.items()):
+            finished = pending.poll()
+            if finished is not None:
+                runs[i] = finished
+                del running[i]
+        while told < len(tasks) and runs[told] is not None:
+            done(told, runs[told])
+            told += 1
+        if running:
+            time.sleep(0.05)
+    return [r for r in runs if r is not None]
+
+
+def start(label: str, select: str, suite_options: Sequence[str], mutant: str | None,
+          timeout: float, cwd: str) -> Pending:
+    """One run of the suite, started (the campaign's one seam to its processes)."""
+    return Pending(label, select, suite_options, mutant, timeout, cwd)
 
 
 @dataclass
@@ -290,13 +407,9 @@ def judge(mutant: Mutant, run: Run) -> Verdict:
 
 def _run_baselines(groups: dict[tuple[str, ...], list[Mutant]], args: argparse.Namespace,
                    cwd: str) -> list[Run]:
-    def one(item):
-        options, members = item
-        return run_suite(f"baseline {' '.join(options)}", union_selection(members), options,
-                         None, args.timeout, cwd)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(args.jobs, len(groups)))) as pool:
-        return list(pool.map(one, groups.items()))
+    tasks = [(f"baseline {' '.join(options)}", union_selection(members), options, None)
+             for options, members in groups.items()]
+    return run_all(tasks, min(args.jobs, len(groups)), args.timeout, cwd)
 
 
 def _selected(args: argparse.Namespace) -> list[Mutant]:
@@ -331,16 +444,16 @@ def _baselines_green(groups: dict[tuple[str, ...], list[Mutant]], args: argparse
 
 
 def _run_mutants(mutants: list[Mutant], args: argparse.Namespace, cwd: str) -> list[Verdict]:
-    def one(m: Mutant) -> Verdict:
-        return judge(m, run_suite(m.name, m.select, m.suite_options(), m.name, args.timeout, cwd))
-
     verdicts: list[Verdict] = []
     width = max(len(m.name) for m in mutants)
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for v in pool.map(one, mutants):
-            verdicts.append(v)
-            print(f"{v.status.upper():<8}  {v.mutant.name:<{width}}  {v.run.seconds:5.1f}s  "
-                  f"{v.detail}", flush=True)
+
+    def done(i: int, run: Run) -> None:
+        v = judge(mutants[i], run)
+        verdicts.append(v)
+        print(f"{v.status.upper():<8}  {v.mutant.name:<{width}}  {v.run.seconds:5.1f}s  "
+              f"{v.detail}", flush=True)
+    run_all([(m.name, m.select, m.suite_options(), m.name) for m in mutants], args.jobs,
+            args.timeout, cwd, done)
     return verdicts
 
 
