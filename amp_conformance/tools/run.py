@@ -222,13 +222,22 @@ class Forked:
     subprocess would; what a process needs of the parent (no device touched, no thread
     started) holds for ``run``, which only reads reports."""
 
-    def __init__(self, args: list[str]):
+    def __init__(self, args: list[str], out: int | None = None, env: dict[str, str] | None = None,
+                 cwd: str | None = None):
         self.returncode: int | None = None
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
             code = 1
             try:
                 os.setsid()
+                if out is not None:  # its output to a file of the caller's
+                    os.dup2(out, 1)
+                    os.dup2(out, 2)
+                if cwd is not None:
+                    os.chdir(cwd)
+                if env is not None:
+                    os.environ.clear()
+                    os.environ.update(env)
                 import pytest
 
                 sys.argv = ["pytest", *args]

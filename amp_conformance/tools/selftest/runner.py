@@ -289,49 +289,8 @@ def _start(command: list[str], env: dict[str, str], cwd: str, out: Any) -> Any:
                                 start_new_session=True)
     supervised.warm()
     # the parent imported the plugin's modules: too late to rewrite their asserts
-    return _Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"], env, cwd,
-                   out.fileno())
-
-
-class _Forked:
-    """A child of this process that runs the suite as ``python -m pytest`` would."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: str, out: int):
-        self.returncode: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.setsid()
-                os.dup2(out, 1)
-                os.dup2(out, 2)
-                os.chdir(cwd)
-                os.environ.clear()
-                os.environ.update(env)
-                import pytest
-
-                sys.argv = ["pytest", *args]
-                code = int(pytest.main(args))
-            except BaseException:  # noqa: BLE001 - whatever ends the child, it exits
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        return self.returncode
+    return supervised.Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"],
+                             out.fileno(), env, cwd)
 
 
 def run_all(tasks: Sequence[tuple], jobs: int, timeout: float, cwd: str,
