@@ -121,17 +121,20 @@ def chain(error: BaseException | None) -> Iterator[BaseException]:
 
 
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![A-Za-z_0-9])\d+")  # float16's 16 is no number
-_DTYPE = re.compile(r"\b(?:torch\.)?(?:b?float(?:16|32|64)|half|double|(?:c10::|at::k|ScalarType::)?"
-                    r"(?:Half|BFloat16|Float|Double)|b?f(?:16|32|64)|fp(?:16|32|64))\b")
+#: the floating dtypes autocast moves a call between (the amp dtypes and float32; float64,
+#: which it never touches, stays told apart)
+_DTYPE = re.compile(r"\b(?:torch\.)?(?:b?float(?:16|32)|half|(?:c10::|at::k|ScalarType::)?"
+                    r"(?:Half|BFloat16|Float)|b?f(?:16|32)|fp(?:16|32))\b")
 
 
 @dataclass(frozen=True)
 class Signature:
     """How a call failed: what the backend (or the check) raised, the op it names and its
     first line (with the next, where the first only introduces it: a check's verdict), numbers
-    masked (ids, addresses, sizes differ per call), and in a backend's own error the floating
-    dtypes too (its message spells the dtypes the call met, which autocast changed: XLA's
-    ``bf16[8,8]``, ``f32[8,8]``); a check's verdict keeps them, being about them."""
+    masked (ids, addresses, sizes differ per call), and in a backend's own error the amp
+    dtypes and float32 too (its message spells the dtypes the call met, which autocast
+    changed: XLA's ``bf16[8,8]``, ``f32[8,8]``); a check's verdict keeps them, being about
+    them."""
 
     kind: str
     op: str | None

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from amp_conformance.checks import registry
-from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.casting import hand_cast, tensors_in
 from amp_conformance.core.errors import chain, describe_error, missing_kernel, refused_op, signature
 from amp_conformance.plugin import excuses
 from amp_conformance.plugin.items import check_of, is_conformance
@@ -197,28 +197,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
 
 
 def _gradients_reach(item: pytest.Item, device: str) -> str | None:
-    """Where an op-list item's own call, outside autocast on its inputs as made, gives one
-    of its float32 inputs of the device a gradient: autograd reaches its tensors, whatever
-    the probe met (a quirk of its own); that evidence, else None."""
+    """Where an op-list item's own call, outside autocast, gives its float32 inputs of the
+    device gradients, on its inputs as made and cast by hand to the amp dtype alike:
+    autograd reaches its tensors, whatever the probe met (a quirk of its own); that
+    evidence, else None (a backend whose casts drop autograd shows it on the hand cast)."""
     from amp_conformance.checks.reproduction import callables
 
     case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
     if case is None:
         return None
-    try:
-        with torch.enable_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            args, kwargs = case.build_inputs()
-            leaves = [t.requires_grad_() for t in tensors_in((args, kwargs)) if t.is_leaf
-                      and t.dtype == torch.float32 and t.device.type == device]
-            out = callables(case)[0][1](*args, **kwargs)
-            floats = [o.float().sum() for o in tensors_in(out) if o.requires_grad]
-            if not leaves or not floats:
-                return None
-            sum(floats).backward()
-    except Exception:  # noqa: BLE001 - the call or its backward fails: no evidence against
-        return None
-    if any(leaf.grad is not None for leaf in leaves):
-        return ("its own call outside autocast gives its float32 inputs gradients: autograd "
-                "reaches its tensors, so the limit does not excuse its failure")
-    return None
+    call = callables(case)[0][1]
+    for dtype in (None, case.amp_dtype):
+        try:
+            with torch.enable_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                args, kwargs = case.build_inputs()
+                leaves = [t.requires_grad_() for t in tensors_in((args, kwargs)) if t.is_leaf
+                          and t.dtype == torch.float32 and t.device.type == device]
+                if dtype is not None:
+                    args, kwargs = hand_cast(args, dtype, device), hand_cast(kwargs, dtype, device)
+                floats = [o.float().sum() for o in tensors_in(call(*args, **kwargs))
+                          if o.requires_grad]
+                if not leaves or not floats:
+                    return None
+                sum(floats).backward()
+        except Exception:  # noqa: BLE001 - the call or its backward fails: no evidence against
+            return None
+        if all(leaf.grad is None for leaf in leaves):
+            return None
+    return ("its own call outside autocast gives its float32 inputs gradients, on its inputs "
+            "as made and cast by hand: autograd reaches its tensors, so the limit does not "
+            "excuse its failure")
