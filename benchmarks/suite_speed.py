@@ -19,6 +19,11 @@ machine and in many CI images) and how many rewritten files were cached.
 ``--cold`` removes those files before every run: a fresh virtualenv under
 ``PYTHONDONTWRITEBYTECODE``, as CI meets it. ``--bytecode-cache`` lifts
 ``PYTHONDONTWRITEBYTECODE`` for the runs, after one run that fills the cache.
+
+A figure is recorded only from a quiet machine: during every run the other processes took
+less than ``QUIET`` of its cores (the CPU time ``/proc/stat`` counts, less the runs' own),
+and the runs of each mode agree within ``AGREE``. Otherwise the last lines say why, nothing
+is recorded and the exit status is 3.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import importlib.metadata
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -36,6 +42,27 @@ import time
 from pathlib import Path
 
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)")
+#: the most of the machine's cores other processes may take during a run that is recorded
+QUIET = 0.10
+#: how far apart (relative) the two best runs of a mode may be in a recorded figure
+AGREE = 0.10
+
+
+def busy_seconds() -> float | None:
+    """CPU seconds every process has spent on this machine since boot (None off Linux)."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="utf-8").splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(f) for f in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_seconds() -> float:
+    """CPU seconds this process's finished children (the runs) have spent."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rewritten() -> list[Path]:
@@ -58,7 +85,9 @@ def ep_packages(dist: importlib.metadata.Distribution) -> set[str]:
 
 
 def run(extra: list[str], workers: int | None, env: dict[str, str],
-        cold: bool = False) -> tuple[int, float, str]:
+        cold: bool = False) -> tuple[int, float, str, float | None]:
+    """(items, wall seconds, pytest's last line, the share of the cores other processes
+    took meanwhile)."""
     if cold:
         for cached in rewritten():
             cached.unlink(missing_ok=True)
@@ -67,14 +96,36 @@ def run(extra: list[str], workers: int | None, env: dict[str, str],
     if workers:
         cmd += ["-n", str(workers)]
     with tempfile.TemporaryDirectory() as empty:
-        start = time.perf_counter()
+        busy, own, start = busy_seconds(), own_seconds(), time.perf_counter()
         proc = subprocess.run(cmd, cwd=empty, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - start
+        after = busy_seconds()
+    others = (None if busy is None or after is None else
+              max(0.0, (after - busy) - (own_seconds() - own)) / (wall * (os.cpu_count() or 1)))
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
     items = sum(int(n) for n, _ in SUMMARY.findall(last))
     if proc.returncode not in (0, 1):
         raise SystemExit(f"pytest exited {proc.returncode}: {last}\n{proc.stderr[-2000:]}")
-    return items, wall, last
+    return items, wall, last, others
+
+
+def unquiet(runs: dict[str, list[tuple[int, float, str, float | None]]]) -> list[str]:
+    """Why these runs are no figure to record (empty: they are)."""
+    why = []
+    for label, done in runs.items():
+        busiest = max((r[3] for r in done if r[3] is not None), default=None)
+        if busiest is None:
+            why.append(f"{label}: the machine's CPU time cannot be read (no /proc/stat)")
+        elif busiest >= QUIET:
+            why.append(f"{label}: other processes took {busiest:.0%} of the cores during a "
+                       f"run (at most {QUIET:.0%})")
+        walls = sorted(r[1] for r in done)
+        if len(walls) < 2:
+            why.append(f"{label}: one run cannot show that runs agree (--repeat 2 or more)")
+        elif walls[1] > walls[0] * (1 + AGREE):
+            why.append(f"{label}: the two best runs differ by {walls[1] / walls[0] - 1:.0%} "
+                       f"(at most {AGREE:.0%})")
+    return why
 
 
 def main() -> int:
@@ -107,18 +158,27 @@ def main() -> int:
     modes = (("serial", None), ("-n 2", 2))
     # Alternated, so that a machine slowing down or speeding up during the runs weighs on
     # both modes alike; the best run of each mode is shown.
-    runs: dict[str, list[tuple[int, float, str]]] = {label: [] for label, _ in modes}
+    runs: dict[str, list[tuple[int, float, str, float | None]]] = {label: [] for label, _ in modes}
     for _ in range(args.repeat):
         for label, workers in modes:
             runs[label].append(run(extra, workers, env, args.cold))
     walls = []
     for label, _ in modes:
-        items, wall, last = min(runs[label], key=lambda r: r[1])
+        items, wall, last, _ = min(runs[label], key=lambda r: r[1])
         walls.append(wall)
         lines.append(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
         print(lines[-1])
     lines.append(f"-n 2 / serial wall: {walls[1] / walls[0]:.2f}")
     print(lines[-1])
+    why = unquiet(runs)
+    lines.append("quiet: " + ("yes (other processes under "
+                              f"{QUIET:.0%} of the cores in every run, each mode's best two "
+                              f"within {AGREE:.0%})" if not why else "no: " + "; ".join(why)))
+    print(lines[-1])
+    if why:
+        if args.record:
+            print(f"suite_speed: nothing recorded in {args.record}: the machine was not quiet")
+        return 3
     if args.record:
         record(args.record, [a for a in sys.argv[1:] if not a.startswith("--record")
                              and a != str(args.record)], lines, host)
