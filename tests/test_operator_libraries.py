@@ -16,28 +16,30 @@ OPLIST = backends.HERE / "amp_oplib.toml"
 HEADER = '[list]\ndevice = "cpu"\nimports = ["amp_oplib"]\n'
 
 
-#: parses an op list in a child process: importing the library registers its kernels with
+#: parses op lists in a child process: importing the library registers its kernels with
 #: torch for good, which in this process would make them foreign to every later coverage test
 _PARSE = """
 import json, sys
 import amp_conformance.checks.registry
 from amp_conformance.schema.oplist import OpListError, parse_file, variants
-try:
-    entries = parse_file(sys.argv[1]).entries
-except OpListError as exc:
-    print(json.dumps({"error": str(exc)}))
-    raise SystemExit
-print(json.dumps({e.id: {"op": e.op, "namespace": e.namespace, "library": e.library,
-                         "expect": e.expect, "variants": [n for n, _ in variants(e)]}
-                  for e in entries}))
+for path in sys.argv[1:]:
+    try:
+        entries = parse_file(path).entries
+    except OpListError as exc:
+        print(json.dumps({"error": str(exc)}))
+        continue
+    print(json.dumps({e.id: {"op": e.op, "namespace": e.namespace, "library": e.library,
+                             "expect": e.expect, "variants": [n for n, _ in variants(e)]}
+                      for e in entries}))
 """
 
 
-def _parsed(path) -> dict:
-    """The entries of the list at ``path`` (or the loader's error, under "error")."""
-    done = backends.run("-c", _PARSE, str(path))
+def _parsed(*paths) -> list[dict]:
+    """The entries of each list at ``paths`` (or the loader's error, under "error"), in
+    order, parsed by one child."""
+    done = backends.run("-c", _PARSE, *map(str, paths))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return [json.loads(line) for line in done.stdout.splitlines()[-len(paths):]]
 
 
 def _write(tmp_path, body, header=HEADER):
@@ -46,16 +48,9 @@ def _write(tmp_path, body, header=HEADER):
     return path
 
 
-def test_an_op_named_with_its_library_is_called_through_torch_ops():
-    entries = _parsed(OPLIST)
-    entry = entries["amplib-scaled_mm"]
-    assert (entry["op"], entry["namespace"], entry["library"]) == \
-        ("scaled_mm", "torch.ops.amplib", "amplib")
-    assert entry["variants"] == ["torch.ops.amplib.scaled_mm"]
-    assert entries["amplib-exp_sum"]["expect"] == "first"
-
-
-@pytest.mark.parametrize("header, body, field, words", [
+#: lists whose library op or import cannot be had: (header, body, the field and the words
+#: their error names)
+UNHAD = [
     (HEADER, '[[entry]]\nid = "x"\nop = "amplib::scaled_mm"\ncategory = "torch_16"\n'
              'namespace = "torch"\n', "namespace", "names its library"),
     ('[list]\ndevice = "cpu"\nimports = ["no_such_library_here"]\n', "", "list.imports",
@@ -64,12 +59,39 @@ def test_an_op_named_with_its_library_is_called_through_torch_ops():
      "expected a list of module names"),
     (HEADER, '[[entry]]\nid = "x"\nop = "amplib::no_such_op"\ncategory = "torch_16"\n', "op",
      "torch.ops.amplib.no_such_op does not exist"),
-])
-def test_a_library_op_or_import_that_cannot_be_had_names_file_and_field(
-        tmp_path, header, body, field, words):
-    path = _write(tmp_path, body, header)
-    error = _parsed(path)["error"]
-    assert str(path) in error and field in error and words in error
+]
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory) -> dict:
+    """OPLIST and each list of UNHAD (by its header and body, in a folder of its own),
+    parsed by one child: what each test of :class:`TestParsedLists` reads."""
+    paths = [OPLIST]
+    for i, (header, body, _, _) in enumerate(UNHAD):
+        paths.append(_write(tmp_path_factory.mktemp(f"unhad{i}"), body, header))
+    results = _parsed(*paths)
+    return {"oplist": results[0],
+            **{(h, b): (path, result) for (h, b, _, _), path, result in
+               zip(UNHAD, paths[1:], results[1:], strict=True)}}
+
+
+class TestParsedLists:
+    """Op lists the loader reads (or refuses), parsed by one child (:func:`parsed`)."""
+
+    def test_an_op_named_with_its_library_is_called_through_torch_ops(self, parsed):
+        entries = parsed["oplist"]
+        entry = entries["amplib-scaled_mm"]
+        assert (entry["op"], entry["namespace"], entry["library"]) == \
+            ("scaled_mm", "torch.ops.amplib", "amplib")
+        assert entry["variants"] == ["torch.ops.amplib.scaled_mm"]
+        assert entries["amplib-exp_sum"]["expect"] == "first"
+
+    @pytest.mark.parametrize("header, body, field, words", UNHAD)
+    def test_a_library_op_or_import_that_cannot_be_had_names_file_and_field(
+            self, parsed, header, body, field, words):
+        path, result = parsed[(header, body)]
+        error = result["error"]
+        assert str(path) in error and field in error and words in error
 
 
 def _suite(tmp_path, *extra: str):
@@ -118,9 +140,6 @@ def test_discover_runs_a_library_list_and_drafts_the_kernels_no_list_names(tmp_p
     assert "no list names" not in done.stdout
     text = (tmp_path / "lib.toml").read_text()
     assert 'imports = ["amp_oplib"]' in text and f"--oplist {OPLIST}" in text
-    written = _parsed(tmp_path / "lib.toml")
-    assert written["amplib-exp_sum"]["expect"] == "first"  # as listed: "unchanged" by dtypes
-    assert written["amplib-scaled_mm"]["library"] == "amplib"
     passed = backends.run("-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
                           "--oplist", "lib.toml", "-q", "-p", "no:cacheprovider", "-k", "amplib",
                           cwd=tmp_path)
@@ -134,4 +153,7 @@ def test_discover_runs_a_library_list_and_drafts_the_kernels_no_list_names(tmp_p
     text = (tmp_path / "cpu.toml").read_text()
     assert '# op = "amplib::unit_norm"' in text
     assert "# args = []  # amplib::unit_norm(Tensor x) -> Tensor" in text
-    assert all(e["library"] != "amplib" for e in _parsed(tmp_path / "cpu.toml").values())
+    written, drafted_list = _parsed(tmp_path / "lib.toml", tmp_path / "cpu.toml")
+    assert written["amplib-exp_sum"]["expect"] == "first"  # as listed: "unchanged" by dtypes
+    assert written["amplib-scaled_mm"]["library"] == "amplib"
+    assert all(e["library"] != "amplib" for e in drafted_list.values())
