@@ -109,7 +109,7 @@ def test_every_worker_runs_in_the_same_order(pytester):
             with open(f"order-{role}.json", "w") as out:
                 json.dump([f"{item.path.name}{item.nodeid}" for item in session.items], out)
     """)
-    serial = pytester.runpytest_subprocess(*SUITE)
+    serial = pytester.runpytest(*SUITE)  # in process: a serial run orders nothing
     assert serial.ret == 0, serial.stdout.str()[-2000:]
     parallel = pytester.runpytest_subprocess(*SUITE, "-n", "2")
     assert parallel.ret == 0, parallel.stdout.str()[-2000:]

@@ -358,7 +358,7 @@ def test_report_under_xdist_equals_serial(pytester, tmp_path):
     wrong = _write(tmp_path / "wrong.toml", WRONG_MM)
     args = ("--pyargs", "amp_conformance.suite.test_oplist", "amp_conformance.suite.test_eligibility",
             f"--oplist={wrong}", "-k", "mm or eligibility", "-p", "no:randomly")
-    serial = pytester.runpytest_subprocess(*args, f"--conformance-report={tmp_path / 's.json'}")
+    serial = pytester.runpytest(*args, f"--conformance-report={tmp_path / 's.json'}")
     parallel = pytester.runpytest_subprocess(*args, "-n", "2",
                                              f"--conformance-report={tmp_path / 'p.json'}")
     a, b = _load(tmp_path / "s.json"), _load(tmp_path / "p.json")
