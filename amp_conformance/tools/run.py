@@ -58,6 +58,7 @@ from amp_conformance.plugin.report.banner import (
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
 from amp_conformance.tools import declarations
+from amp_conformance.tools.forked import Forked, can_fork, pytest_args, warm
 
 DEFAULT_REPORT = "amp-conformance-report/report.json"
 INCOMPLETE = 3
@@ -213,93 +214,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return -1
-
-
-class Forked:
-    """A child forked from this process, which has imported torch and the suite already:
-    a restart then costs the child's collection, not an interpreter's start and torch's
-    import (2.3 s of 3.4 s here). It runs ``pytest.main`` in a session of its own, as the
-    subprocess would; what a process needs of the parent (no device touched, no thread
-    started) holds for ``run``, which only reads reports."""
-
-    def __init__(self, args: list[str], out: int | None = None, env: dict[str, str] | None = None,
-                 cwd: str | None = None):
-        self.returncode: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.setsid()
-                if out is not None:  # its output to a file of the caller's
-                    os.dup2(out, 1)
-                    os.dup2(out, 2)
-                if cwd is not None:
-                    os.chdir(cwd)
-                if env is not None:
-                    os.environ.clear()
-                    os.environ.update(env)
-                import pytest
-
-                sys.argv = ["pytest", *args]
-                code = int(pytest.main(args))
-            except BaseException:  # noqa: BLE001 - whatever ends the child, it exits
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-
-    def _reap(self, flags: int) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, flags)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def poll(self) -> int | None:
-        return self._reap(os.WNOHANG)
-
-    def wait(self) -> int | None:
-        return self._reap(0)
-
-
-#: modules every child imports on first use, at a cost paid once here instead of in each:
-#: torch.testing's assert_close imports the DTensor package (0.6 s), the suite imports
-#: pytest, Hypothesis, dynamo and its own checks (not its test modules, which pytest
-#: rewrites). None of them touches a device.
-WARM = ("pytest", "hypothesis", "torch.distributed.tensor", "torch._dynamo",
-        "amp_conformance.checks.policy.check", "amp_conformance.checks.backward.check",
-        "amp_conformance.checks.regions.machine", "amp_conformance.checks.policy.property")
-
-
-def warm() -> None:
-    """Import :data:`WARM`, then freeze the heap: a child's garbage collections (pytest runs
-    them at its end) then skip everything inherited from here."""
-    import gc
-    import importlib
-
-    for name in WARM:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module this torch lacks is simply not warmed
-            continue
-    gc.freeze()
-
-
-def pytest_args(command: list[str]) -> list[str] | None:
-    """The pytest arguments of a ``python -m pytest`` command, or None for another."""
-    return command[3:] if command[:3] == [sys.executable, "-m", "pytest"] else None
-
-
-def can_fork() -> bool:
-    """Whether a child may be forked from this process: POSIX, no CUDA context here, and
-    ``AMP_CONFORMANCE_FORK`` not 0."""
-    import torch
-
-    return (hasattr(os, "fork") and os.environ.get("AMP_CONFORMANCE_FORK") != "0"
-            and not torch.cuda.is_initialized())
 
 
 def launch(command: list[str]) -> Any:

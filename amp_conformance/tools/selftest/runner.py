@@ -247,7 +247,7 @@ def _env(mutant: str | None) -> dict[str, str]:
 
 class Pending:
     """One run of the suite under way: a child forked from this process, which imported
-    torch, pytest and the suite once (:func:`amp_conformance.tools.run.launch`'s way: a run
+    torch, pytest and the suite once (:mod:`amp_conformance.tools.forked`'s way: a run
     then pays its collection and its items, not an interpreter's start and torch's import),
     or a subprocess where forking is not possible; its output goes to a file of its own."""
 
@@ -281,7 +281,7 @@ class Pending:
 def _start(command: list[str], env: dict[str, str], cwd: str, out: Any) -> Any:
     """A forked child running ``pytest.main`` (where this platform and process allow it),
     else a subprocess; either in a process group of its own, writing to ``out``."""
-    from amp_conformance.tools import run as supervised
+    from amp_conformance.tools import forked as supervised
 
     args = supervised.pytest_args(command)
     if args is None or not supervised.can_fork():
