@@ -182,6 +182,36 @@ def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkey
             gc.freeze()
 
 
+def test_torchs_structured_trace_is_off_during_a_conformance_session(pytester):
+    """pytest's log capture gives ``torch.__trace`` a handler in every phase, which turns on
+    torch's JSON trace of every compile; during the session the logger propagates instead
+    (pytest's capture attaches to it no more; torch finds no handler and writes nothing),
+    and it is as before once the session has ended."""
+    import logging
+
+    trace = logging.getLogger(processes.TRACE_LOGGER)
+    probe = _probe(pytester, """
+        import logging, pytest
+
+        @pytest.fixture(autouse=True)
+        def _trace(record_property):
+            yield
+            trace = logging.getLogger("torch.__trace")
+            record_property("trace", (trace.propagate, len(trace.handlers)))
+    """)
+    outer = trace.propagate  # the repository's own run is a conformance session too
+    trace.propagate = False
+    before = len(trace.handlers)  # this test's own phase's, and torch's placeholder
+    try:
+        result = pytester.inline_run(*SUITE, *probe)
+        seen = [dict(r.user_properties)["trace"]
+                for r in result.getreports("pytest_runtest_logreport") if r.when == "teardown"]
+        assert seen and set(seen) == {(True, before)}  # none of the inner session's
+        assert trace.propagate is False and len(trace.handlers) == before
+    finally:
+        trace.propagate = outer
+
+
 def test_import_past_rewriting_restores_the_import_system(tmp_path, monkeypatch):
     class AssertionRewritingHook:  # the name pytest's finder has
         asked: list[str] = []

@@ -27,6 +27,14 @@ package is installed; other test suites' processes are left as they are).
   (:func:`import_past_rewriting`) before its test modules do; so does the xdist controller
   of a conformance run, whose only use of it is the summary of Hypothesis's plugin. The
   asserts of the suite's own modules are rewritten as before.
+- **torch's structured trace.** torch writes a JSON record of every compile (its graphs'
+  code, guards, timings) to its ``torch.__trace`` logger whenever that logger has a handler;
+  it never propagates, so pytest's log capture attaches a handler of its own to it in every
+  phase of every item, and every compile of the run then builds records nobody asked for
+  and files them into the item's captured log. Unless ``TORCH_TRACE`` asks for the trace,
+  the logger propagates for the session: pytest's capture reaches it through the root
+  logger instead, torch's placeholder handler removes itself at the first record as it
+  does outside pytest, and torch writes no more.
 - **Exit.** The same passes at exit (1.1 s of a 1.3 s exit here): at exit, and only then,
   the heap is frozen again: every ``atexit`` handler still runs and every object the
   modules hold is still released; the collector no longer searches the heap for cycles,
@@ -38,6 +46,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import logging
 import os
 import sys
 
@@ -51,7 +60,10 @@ from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, w
 USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SAVED = pytest.StashKey[int]()
 _FROZEN = pytest.StashKey[bool]()
-_CONFORMANCE = pytest.StashKey[bool]()  # this process collected, or was sent, conformance items
+_CONFORMANCE = pytest.StashKey[bool]()
+_TRACE_PROPAGATED = pytest.StashKey[bool]()
+#: torch's structured-trace logger (torch._logging._internal.trace_log)
+TRACE_LOGGER = "torch.__trace"  # this process collected, or was sent, conformance items
 _EXIT_FREEZE: list[bool] = []
 
 
@@ -108,6 +120,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not has_conformance_items(session.items):
         return
     _freeze(config)
+    _quiet_trace(config)
     workers = _workers(config)
     if workers is None or any(os.environ.get(name) for name in USER_THREADS):
         return
@@ -126,7 +139,16 @@ class _ControllerHeap:
             _freeze(self.config)
 
 
+def _quiet_trace(config: pytest.Config) -> None:
+    trace = logging.getLogger(TRACE_LOGGER)
+    if not os.environ.get("TORCH_TRACE") and not trace.propagate:
+        trace.propagate = True
+        config.stash[_TRACE_PROPAGATED] = True
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_TRACE_PROPAGATED, False):
+        logging.getLogger(TRACE_LOGGER).propagate = False
     saved = config.stash.get(_SAVED, None)
     if saved is not None:
         torch.set_num_threads(saved)
