@@ -119,3 +119,21 @@ def test_an_unnamed_figure_is_found(tmp_path, monkeypatch):
         "docs/p.md:1: 12 passed", "docs/p.md:1: 3.5 s", "docs/p.md:3: 2 minutes",
         "docs/p.md:3: 7/9 covered"]
 
+
+
+def test_the_suite_figures_count_todays_items(tmp_path):
+    """The benchmark's record, which every page quoting the suite's time and counts reads,
+    counts the items a collection of today's default CPU suite finds: a figure of another
+    suite misleads as much as a typed one (re-record: benchmarks/suite_speed.py --record)."""
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", "--pyargs", "amp_conformance", "--device", "cpu"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    found = re.search(r"^(\d+) tests? collected", done.stdout, re.M)
+    assert found, done.stdout[-2000:] + done.stderr[-2000:]
+    speed = figures.speed_values(figures.records(figures.SPEED)[0])
+    counted = sum(int(v) for k, v in speed.items() if k.startswith("suite."))
+    assert int(speed["speed.items"]) == counted == int(found[1]), (
+        f"docs/data/{figures.SPEED} counts {speed['speed.items']} items ({counted} by "
+        f"outcome), a collection of the suite {found[1]}")
