@@ -60,10 +60,10 @@ from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, w
 USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SAVED = pytest.StashKey[int]()
 _FROZEN = pytest.StashKey[bool]()
-_CONFORMANCE = pytest.StashKey[bool]()
+_CONFORMANCE = pytest.StashKey[bool]()  # this process collected, or was sent, conformance items
 _TRACE_PROPAGATED = pytest.StashKey[bool]()
 #: torch's structured-trace logger (torch._logging._internal.trace_log)
-TRACE_LOGGER = "torch.__trace"  # this process collected, or was sent, conformance items
+TRACE_LOGGER = "torch.__trace"
 _EXIT_FREEZE: list[bool] = []
 
 

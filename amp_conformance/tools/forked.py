@@ -5,7 +5,9 @@ a child then costs its collection, not an interpreter's start and torch's import
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from typing import IO, Any
 
 
 class Forked:
@@ -93,3 +95,20 @@ def can_fork() -> bool:
 
     return (hasattr(os, "fork") and os.environ.get("AMP_CONFORMANCE_FORK") != "0"
             and not torch.cuda.is_initialized())
+
+
+def launch(command: list[str], out: IO[Any] | None = None, env: dict[str, str] | None = None,
+           cwd: str | None = None) -> Any:
+    """The child process of ``command``: forked where this process allows it
+    (:func:`can_fork`), else a subprocess; either in a process group of its own, so that a
+    hung child is killed with what it started (xdist workers), its output (both streams) to
+    ``out`` where one is given."""
+    args = pytest_args(command)
+    if args is not None and can_fork():
+        warm()
+        # the parent imported the plugin's modules: too late to rewrite their asserts
+        return Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"],
+                      None if out is None else out.fileno(), env, cwd)
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=out,
+                            stderr=None if out is None else subprocess.STDOUT,
+                            start_new_session=True)

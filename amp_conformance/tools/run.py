@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from amp_conformance.plugin.report.banner import (
 from amp_conformance.plugin.report.files import report_paths, write_report
 from amp_conformance.plugin.report.journal import journal_path, merge, rebuild, replay
 from amp_conformance.tools import declarations
-from amp_conformance.tools.forked import Forked, can_fork, pytest_args, warm
+from amp_conformance.tools.forked import launch
 
 DEFAULT_REPORT = "amp-conformance-report/report.json"
 INCOMPLETE = 3
@@ -214,18 +213,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return -1
-
-
-def launch(command: list[str]) -> Any:
-    """The child process: forked where this process allows it (:func:`can_fork`), else a
-    subprocess. Either in a process group of its own, so a hung child is killed with what
-    it started (xdist workers)."""
-    args = pytest_args(command)
-    if args is not None and can_fork():
-        warm()
-        # the parent imported the plugin's modules: too late to rewrite their asserts
-        return Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"])
-    return subprocess.Popen(command, start_new_session=True)
 
 
 def supervise(command: list[str], journal: Path, hang_timeout: float) -> tuple[int, str | None]:

@@ -44,16 +44,15 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from amp_conformance.checks.mutation import Mutant
 from amp_conformance.checks.registry import mutants
+from amp_conformance.tools import forked
 
 CATALOGUE = mutants()
 
@@ -257,7 +256,7 @@ class Pending:
         command = suite_command(select, suite_options, mutant)
         out = tempfile.NamedTemporaryFile(prefix="run-", suffix=".txt", dir=cwd, delete=False)
         self.path = out.name
-        self.child = _start(command, _env(mutant), cwd, out)
+        self.child = forked.launch(command, out, _env(mutant), cwd)
         out.close()
 
     def poll(self) -> Run | None:
@@ -276,21 +275,6 @@ class Pending:
         if code is None:
             output += f"\n[timed out after {self.timeout:.0f}s]"
         return Run(self.label, code, output, elapsed)
-
-
-def _start(command: list[str], env: dict[str, str], cwd: str, out: Any) -> Any:
-    """A forked child running ``pytest.main`` (where this platform and process allow it),
-    else a subprocess; either in a process group of its own, writing to ``out``."""
-    from amp_conformance.tools import forked as supervised
-
-    args = supervised.pytest_args(command)
-    if args is None or not supervised.can_fork():
-        return subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    supervised.warm()
-    # the parent imported the plugin's modules: too late to rewrite their asserts
-    return supervised.Forked([*args, "-W", "ignore::pytest.PytestAssertRewriteWarning"],
-                             out.fileno(), env, cwd)
 
 
 def run_all(tasks: Sequence[tuple], jobs: int, timeout: float, cwd: str,
