@@ -1,9 +1,13 @@
 """Shared set-up of the project's own tests."""
 
 import functools
+import os
+import subprocess
 
 import pytest
 from _pytest import pytester as _pytester
+
+from tests import children
 
 #: the helpers the tests of the check families share (planted bugs, assertions of the catch)
 pytest.register_assert_rewrite("tests.mutants")
@@ -28,6 +32,26 @@ def _keep_torch_modules_across_inline_runs(monkeypatch):
         original(self, lambda name: _is_torch_module(name) or bool(preserve and preserve(name)))
 
     monkeypatch.setattr(_pytester.SysModulesSnapshot, "__init__", init)
+
+
+@pytest.fixture(autouse=True)
+def _fork_pytesters_children(monkeypatch):
+    """pytester's ``runpytest_subprocess`` children, forked where that is the same as a
+    fresh process (tests/children.py); its own Popen otherwise."""
+    original = _pytester.Pytester.popen
+
+    def popen(self, cmdargs, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+              stdin=_pytester.Pytester.CLOSE_STDIN, **kw):
+        if stdin is self.CLOSE_STDIN and not kw and subprocess.PIPE not in (stdout, stderr):
+            env = os.environ.copy()  # as pytester's: the test's folder importable
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
+                                                              env.get("PYTHONPATH", "")]))
+            child = children.popen(list(cmdargs), env=env, stdout=stdout, stderr=stderr)
+            if child is not None:
+                return child
+        return original(self, cmdargs, stdout, stderr, stdin, **kw)
+
+    monkeypatch.setattr(_pytester.Pytester, "popen", popen)
 
 
 @pytest.fixture

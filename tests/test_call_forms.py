@@ -23,6 +23,7 @@ from amp_conformance.checks.call_forms import FORMS, Lit, Sizes
 from amp_conformance.checks.policy import property as policy_properties
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import session_settings
+from tests import children
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fakegpu"
@@ -151,7 +152,7 @@ needs_python_backend = pytest.mark.skipif(
 def _fakegpu(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=EXAMPLE,
+    return children.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=EXAMPLE,
                           env=full_env, capture_output=True, text=True, timeout=600)
 
 

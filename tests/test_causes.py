@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from amp_conformance.plugin.report import causes
+from tests import children
 
 MUTANT = ("-p", "amp_conformance.plugin.mutant", "--pyargs", "amp_conformance.suite",
           "-k", "torch_16-mm or torch_16-addmm", "-p", "no:cacheprovider")
@@ -127,7 +127,7 @@ def test_the_report_and_the_terminal_group_failures_by_cause(pytester, monkeypat
 @pytest.mark.slow
 def test_run_ends_with_the_causes(tmp_path):
     env = dict(os.environ, AMP_CONFORMANCE_MUTANT="mm-kept-fp32")
-    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run",
+    proc = children.run([sys.executable, "-m", "amp_conformance", "run",
                            f"--report={tmp_path / 'r.json'}", "--", *MUTANT, "-q"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     last = proc.stdout.strip().splitlines()[-1]

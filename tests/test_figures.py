@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from amp_conformance.tools import figures, guide_walk
+from tests import children
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,7 +128,7 @@ def test_the_suite_figures_count_todays_items(tmp_path):
     suite misleads as much as a typed one (re-record: benchmarks/suite_speed.py --record)."""
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+    done = children.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                            "no:cacheprovider", "--pyargs", "amp_conformance", "--device", "cpu"],
                           cwd=tmp_path, capture_output=True, text=True)
     found = re.search(r"^(\d+) tests? collected", done.stdout, re.M)

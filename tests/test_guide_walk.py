@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tomllib
 
@@ -26,6 +25,7 @@ import pytest
 import torch
 
 from amp_conformance.tools import figures, guide_walk
+from tests import children
 
 WALK = os.environ.get("AMP_CONFORMANCE_WALK", "")
 #: times, the machine and the commit: what two walks never share
@@ -121,7 +121,7 @@ class TestVendorGuideWalk:
         # the first run's items, collected as it would collect them (not run)
         args = shlex.split(first.split(" -- ", 1)[1])
         args = [a for i, a in enumerate(args) if a != "-n" and args[i - 1] != "-n"]
-        collected = subprocess.run(
+        collected = children.run(
             [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", *args, "--collect-only",
              "-p", "no:cacheprovider"],  # as run starts its child (-q is the guide's)
             cwd=vendor_walk["work"], env=guide_walk.clean_env(), capture_output=True, text=True,

@@ -26,6 +26,7 @@ from amp_conformance import __main__ as cli
 from amp_conformance.plugin import health
 from amp_conformance.plugin.report import banner, journal, render
 from amp_conformance.tools import run as supervised
+from tests import children
 
 FAULTS = Path(__file__).parent / "faults"
 SELECT = ["--pyargs", "amp_conformance.suite.test_oplist", "--device", "cpu",
@@ -45,7 +46,7 @@ def _env(fault: str = "lost", **more: str) -> dict[str, str]:
 
 def _pytest(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", *SELECT, f"--conformance-report={report}",
+    proc = children.run([sys.executable, "-m", "pytest", *SELECT, f"--conformance-report={report}",
                            *extra], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                           timeout=300)
     return proc, json.loads(report.read_text())
@@ -54,7 +55,7 @@ def _pytest(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, d
 def _supervised(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
                 run_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "amp_conformance", "run", f"--report={report}",
+    proc = children.run([sys.executable, "-m", "amp_conformance", "run", f"--report={report}",
                            *run_args, "--", *SELECT, *extra], cwd=tmp_path, env=env or _env(),
                           capture_output=True, text=True, timeout=300)
     return proc, json.loads(report.read_text())
@@ -66,7 +67,7 @@ def healthy(tmp_path_factory) -> dict[str, str]:
     a restarted run is held to it, this machine's skips (oneDNN's LSTM on AVX2) included."""
     where = tmp_path_factory.mktemp("healthy")
     env = {k: v for k, v in _env().items() if k != "AMP_FAULT"}
-    subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-k", PERSISTENT_K,
+    children.run([sys.executable, "-m", "pytest", *SELECT, "-k", PERSISTENT_K,
                     f"--conformance-report={where / 'r.json'}"], cwd=where, env=env,
                    capture_output=True, timeout=300)
     return _outcomes(json.loads((where / "r.json").read_text()))
@@ -365,7 +366,7 @@ def test_a_lost_op_is_quarantined_in_every_xdist_worker(tmp_path):
 def _xdist_persistent(tmp_path: Path, dist: str) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
     select = [*SELECT[:-1], "torch_16 and (test_policy or test_numerics or test_outside)"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", *select, "-n", "2", "--dist", dist,
+    proc = children.run([sys.executable, "-m", "pytest", *select, "-n", "2", "--dist", dist,
                            f"--conformance-report={report}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env=_env("persistent", AMP_FAULT_OPS="mm"))
     return proc, json.loads(report.read_text())
@@ -506,7 +507,7 @@ def test_callers_of_a_faulty_op_in_a_row_are_no_dead_device(tmp_path):
     completes."""
     log = tmp_path / "calls.txt"
     report = tmp_path / "r.json"
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--no-quarantine",
          "--", "--pyargs",
          "amp_conformance.suite.test_cache_interactions", "--device", "cpu", "--backend-module",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy
@@ -15,6 +14,7 @@ import torch
 
 from amp_conformance.plugin.report import judged, render
 from amp_conformance.tools import drift
+from tests import children
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_the_json_holds_the_implementation_and_the_pages_show_it(tmp_path):
     path = tmp_path / "r.json"
     env = {**os.environ, "PJRT_DEVICE": "CPU", "AMP_CONFORMANCE_UNRELATED": "x",
            "SOME_SECRET": "never shown"}
-    subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "-q",
+    children.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "-q",
                     "-p", "no:randomly", "--device", "cpu", "--backend-module", "numpy",
                     f"--conformance-report={path}", "-k", "test_policy and torch_16-mm-"],
                    env=env, cwd=tmp_path, capture_output=True, check=False, timeout=300)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
+
+from tests import children
 
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
@@ -140,7 +141,7 @@ def test_the_shipped_departures_file_parses():
     (["--amp-opinfo-samples", "2"], "--amp-opinfo-samples needs --amp-opinfo"),
 ])
 def test_a_bad_sample_bound_is_a_usage_error(tmp_path, args, says):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "-q",
+    proc = children.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "-q",
                            "-p", "no:cacheprovider", *args], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 4 and says in proc.stderr + proc.stdout
 
@@ -167,7 +168,7 @@ def test_without_expecttest_the_tier_is_a_usage_error_naming_the_fix(tmp_path, w
     # kept: a package installed by PYTHONPATH (--target) stays importable
     paths = [str(tmp_path / "site"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
+    proc = children.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
                            "-q", "-p", "no:cacheprovider", "--amp-opinfo", *workers],
                           cwd=tmp_path, capture_output=True, text=True, env=env)
     out = proc.stderr + proc.stdout

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from amp_conformance.plugin import items, processes
+from tests import children
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_oplist", "-k",
          "bfloat16 and torch_16 and test_policy and (mm or bmm)", "-p", "no:cacheprovider")
@@ -274,7 +275,7 @@ def xdist_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     env = {k: v for k, v in os.environ.items()
            if k not in (*processes.USER_THREADS, "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-m", "pytest", f"--basetemp={folder / 'tmp'}",
+    proc = children.run([sys.executable, "-m", "pytest", f"--basetemp={folder / 'tmp'}",
                            *SUITE, "-p", "amp_probe", "-n", "2"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=600)
     return proc, folder

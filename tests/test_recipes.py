@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import children
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -40,7 +42,7 @@ def _write(root: Path, path: str, text: str) -> None:
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True,
+    return children.run([sys.executable, *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from amp_conformance.core.target import Target
 from amp_conformance.plugin.report.render import render_markdown
 from amp_conformance.schema import defects, departures, oplist
 from amp_conformance.schema.problems import OpListError
+from tests import children
 
 AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
@@ -146,7 +146,7 @@ def test_a_malformed_use_names_file_entry_and_field(tmp_path, table, field, mess
 @pytest.mark.slow
 def test_the_report_lists_the_defects_the_device_met(tmp_path):
     report = tmp_path / "r.json"
-    done = subprocess.run(
+    done = children.run(
         [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu", "-q",
          "-p", "no:cacheprovider", "-k", "test_policy and mixed", "--conformance-report", str(report)],
         capture_output=True, text=True, cwd=tmp_path, timeout=300)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import html
 import importlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from amp_conformance.plugin.report import journal, render
+from tests import children
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -83,7 +83,7 @@ def test_the_pages_show_each_familys_items_and_time_and_the_tiers():
 @pytest.mark.slow
 def test_a_real_run_times_its_families(tmp_path):
     out = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
+    done = children.run([sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite",
                            "--device", "cpu", "-q", "-p", "no:cacheprovider", "-k",
                            "test_regions or test_eligibility", f"--conformance-report={out}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)

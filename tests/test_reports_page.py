@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import children
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_the_reports_page_names_every_file_a_supervised_run_writes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    done = subprocess.run(
+    done = children.run(
         [sys.executable, "-m", "amp_conformance", "run", f"--report={tmp_path / 'r.json'}", "--",
          "--device", "cpu", "-k", "test_policy and torch_16-mm", "-q", "-p", "no:cacheprovider"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import children
+
 FAULTS = Path(__file__).parent / "faults"
 SELECT = ["-k", "test_policy and torch_16-mm", "-p", "no:cacheprovider", "-q"]
 
@@ -31,7 +33,7 @@ def _env(fault: str) -> dict[str, str]:
 def _supervised(tmp_path: Path, fault: str, *extra: str, run_args: tuple[str, ...] = ()
                 ) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "r.json"
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-m", "amp_conformance", "run", f"--report={report}", "--item-timeout=4",
          "--hang-timeout=60", *run_args, "--", "--device", "cpu", "--backend-module", "amp_fault",
          *SELECT, *extra],
@@ -84,7 +86,7 @@ def test_a_hanging_kernel_fails_its_item_by_timeout(tmp_path):
 
 
 def test_a_state_leak_is_pinned_on_the_item(tmp_path):
-    proc = subprocess.run(
+    proc = children.run(
         [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
          "--backend-module", "amp_fault", *SELECT],
         cwd=tmp_path, env=_env("leak"), capture_output=True, text=True, timeout=300)
@@ -119,9 +121,9 @@ def test_sigterm_leaves_an_interrupted_report_naming_the_item(tmp_path):
 def test_a_run_where_nothing_executed_is_not_green(tmp_path):
     args = [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance", "--device", "cpu",
             "-k", "bfloat16 and view_as_complex-float16", "-p", "no:cacheprovider", "-q"]
-    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = children.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 5, proc.stdout
     assert "no conformance check executed" in proc.stdout
-    allowed = subprocess.run([*args, "--amp-allow-empty"], cwd=tmp_path, capture_output=True,
+    allowed = children.run([*args, "--amp-allow-empty"], cwd=tmp_path, capture_output=True,
                              text=True, timeout=300)
     assert allowed.returncode == 0, allowed.stdout

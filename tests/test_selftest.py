@@ -2,7 +2,6 @@
 
 import argparse
 import dataclasses
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ from amp_conformance.checks.mutation import Mutant, register
 from amp_conformance.checks.numerics import mutants as mutants_numerics
 from amp_conformance.checks.registry import mutants
 from amp_conformance.tools.selftest import runner
+from tests import children
 
 CATALOGUE = mutants()
 
@@ -324,7 +324,7 @@ def test_close_mode_counts_declared_survivors_apart(monkeypatch, capsys):
 @pytest.mark.slow
 def test_representative_mutants_are_all_killed(tmp_path):
     """A fast part of the campaign, in subprocesses as the command runs it."""
-    done = subprocess.run(
+    done = children.run(
         [sys.executable, "-m", "amp_conformance", "selftest", "--only", *REPRESENTATIVE],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )

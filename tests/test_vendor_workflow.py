@@ -23,6 +23,7 @@ from amp_conformance.plugin import vendor
 from amp_conformance.plugin.report import causes, render
 from amp_conformance.plugin.report import journal as report
 from amp_conformance.schema import oplist
+from tests import children
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fakegpu"
@@ -425,7 +426,7 @@ def test_discover_bad_input(capsys, tmp_path, absent_device):
 def _example(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, *args], cwd=EXAMPLE, env=full_env, capture_output=True,
+    return children.run([sys.executable, *args], cwd=EXAMPLE, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import children
+
 HERE = Path(__file__).parent
 
 
@@ -18,5 +20,5 @@ def run(*args: str, cwd: Path | str | None = None, timeout: float = 600,
     env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+    return children.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)

@@ -1,0 +1,204 @@
+"""The project's tests' child processes: :func:`run` is ``subprocess.run`` and
+:func:`popen` ``subprocess.Popen`` (what pytester's ``runpytest_subprocess`` starts), forking
+``python -m pytest`` and ``python -m amp_conformance`` from a process that has imported
+torch already (:mod:`tests.zygote`, one per test process, started on first use) instead of
+starting an interpreter that imports it again: most of a small child's time.
+
+It forks only where the child would be the same as a fresh one: the command is
+``sys.executable -m MODULE`` without interpreter options, and every variable read at the
+interpreter's or torch's import (``PYTHON*``, ``TORCH*``, the thread and math libraries',
+the locale) is what the zygote started with. Otherwise, and where
+``AMP_CONFORMANCE_FORK=0``, it is ``subprocess`` itself. A child is a process of its own
+in a session of its own (a timeout kills what it started too); its exit status is the
+one ``subprocess`` would report.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: the modules a child may run forked
+MODULES = ("pytest", "amp_conformance")
+#: variables read when an interpreter starts or torch and its libraries are imported
+_AT_IMPORT = ("PYTHON", "TORCH", "PYTORCH", "ATEN", "OMP", "KMP", "GOMP", "MKL", "ONEDNN",
+              "DNNL", "OPENBLAS", "CUDA", "NVIDIA", "TRITON", "LD_", "LC_", "LANG", "TZ",
+              "MALLOC", "XLA", "PJRT", "HIP", "ROCM", "HSA", "NCCL", "KINETO", "HYPOTHESIS")
+#: of those, what a child reads only when it runs: PYTHONPATH (its sys.path is rebuilt; a
+#: folder of it with a sitecustomize module, run at the start, is never forked) and
+#: inductor's cache folder (which inductor itself sets in the test process on first use)
+_AT_RUN = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
+
+
+class _Zygote:
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="amp-zygote-")
+        self.path = os.path.join(self.folder, "socket")
+        self.env = dict(os.environ)
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("zygote.py")), self.path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, cwd=self.folder)
+        self.ready = self.process.stdout.readline() == b"ready\n"
+        atexit.register(self.close)
+
+    def serves(self, env: dict[str, str]) -> bool:
+        return self.ready and self.process.poll() is None and all(
+            env.get(name) == self.env.get(name) for name in set(env) | set(self.env)
+            if name.startswith(_AT_IMPORT) and name not in _AT_RUN) and not any(
+            os.path.exists(os.path.join(folder, f"{name}customize.py"))
+            for folder in env.get("PYTHONPATH", "").split(os.pathsep) if folder
+            for name in ("site", "user"))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(10)
+        self.process.stdout.close()
+
+
+_zygote: _Zygote | None = None
+
+
+def _module(args: list[str]) -> tuple[str, list[str]] | None:
+    """The module and its arguments of ``python -m MODULE ...`` (or ``-mMODULE``)."""
+    if len(args) < 2 or args[0] != sys.executable or not args[1].startswith("-m"):
+        return None
+    module, rest = (args[2], args[3:]) if args[1] == "-m" else (args[1][2:], args[2:])
+    return (module, rest) if module in MODULES else None
+
+
+def _forkable(args: list[str], env: dict[str, str]) -> _Zygote | None:
+    global _zygote
+    if (os.environ.get("AMP_CONFORMANCE_FORK") == "0" or not hasattr(os, "fork")
+            or _module(args) is None):
+        return None
+    if _zygote is None:
+        _zygote = _Zygote()
+    return _zygote if _zygote.serves(env) else None
+
+
+class Child:
+    """A forked child, as ``subprocess.Popen`` shows one (no pipes: its streams go to the
+    descriptors it was given)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, zygote: _Zygote, args: list[str], env: dict[str, str], cwd: str,
+                 fds: tuple[int, int, int]):
+        self.args = args
+        self.returncode: int | None = None
+        module, rest = _module(args)
+        request = {"module": module, "args": rest, "env": env, "cwd": cwd}
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.connect(zygote.path)
+        socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+        self.pid = int(self._sock.recv(64))
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._sock.settimeout(timeout)
+            try:
+                self.returncode = int(self._sock.recv(64))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            self._sock.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _fd(spec: Any, handles: list, default: int) -> int:
+    """The descriptor a child's stream goes to (a temporary file for PIPE)."""
+    if spec is None:
+        return default
+    if spec in (subprocess.PIPE, subprocess.DEVNULL):
+        handle = tempfile.TemporaryFile() if spec == subprocess.PIPE else open(os.devnull, "r+b")  # noqa: SIM115
+        handles.append(handle)
+        return handle.fileno()
+    return spec if isinstance(spec, int) else spec.fileno()
+
+
+def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+          stdout: Any = None, stderr: Any = None) -> Child | None:
+    """A forked ``subprocess.Popen(args, stdin=<closed>, ...)`` (stdout and stderr: None, a
+    file or a descriptor), or None where it would not be the same as a fresh one."""
+    args = [str(a) for a in args]
+    full_env = dict(os.environ if env is None else env)
+    zygote = _forkable(args, full_env)
+    if zygote is None:
+        return None
+    handles: list = []
+    try:
+        fds = (_fd(subprocess.DEVNULL, handles, 0), _fd(stdout, handles, 1),
+               _fd(stderr, handles, 2))
+        return Child(zygote, args, full_env, os.path.abspath(cwd or os.getcwd()), fds)
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+        timeout: float | None = None, capture_output: bool = False, text: bool = False,
+        stdout: Any = None, stderr: Any = None, check: bool = False
+        ) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, ...)``, forked from the zygote where that is the same (its
+    standard input is empty)."""
+    args = [str(a) for a in args]
+    if _forkable(args, dict(os.environ if env is None else env)) is None:
+        return subprocess.run(args, cwd=cwd, env=env, timeout=timeout,
+                              capture_output=capture_output, text=text, stdout=stdout,
+                              stderr=stderr, check=check, stdin=subprocess.DEVNULL)
+    if capture_output:
+        stdout = stderr = subprocess.PIPE
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        out_spec = out if stdout == subprocess.PIPE else stdout
+        err_spec = out_spec if stderr == subprocess.STDOUT else (
+            err if stderr == subprocess.PIPE else stderr)
+        child = popen(args, env=env, cwd=cwd, stdout=out_spec, stderr=err_spec)
+
+        def read(handle: Any, spec: Any) -> Any:
+            if spec != subprocess.PIPE:
+                return None
+            handle.seek(0)
+            data = handle.read()
+            return data.decode(errors="replace").replace("\r\n", "\n") if text else data
+
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise subprocess.TimeoutExpired(args, timeout, read(out, stdout),
+                                            read(err, stderr)) from None
+        except BaseException:  # Ctrl-C: the child is killed, as subprocess.run's would be
+            child.kill()
+            raise
+        done = subprocess.CompletedProcess(args, code, read(out, stdout), read(err, stderr))
+    if check:
+        done.check_returncode()
+    return done

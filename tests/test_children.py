@@ -1,0 +1,70 @@
+"""tests/children.py: a forked child is what a fresh ``python -m pytest`` would be (its
+folder first on sys.path, its PYTHONPATH, its environment and exit status), a timeout kills
+it, and what a fresh interpreter would read differently is never forked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import children
+
+#: a conftest that says where it runs (its parent: the zygote, or this process)
+PROBE = """
+import json, os, sys
+with open(os.environ["PROBE_OUT"], "w") as f:
+    json.dump({"ppid": os.getppid(), "path0": sys.path[0], "cwd": os.getcwd(),
+               "extra": os.environ.get("PROBE_EXTRA")}, f)
+"""
+
+
+def _probe(tmp_path, *args: str, env: dict[str, str] | None = None, **kwargs):
+    (tmp_path / "conftest.py").write_text(PROBE)
+    (tmp_path / "test_it.py").write_text("import time\n\ndef test_it():\n"
+                                         "    time.sleep(float(__import__('os').environ.get("
+                                         "'PROBE_SLEEP', '0')))\n    assert "
+                                         "__import__('os').environ.get('PROBE_FAIL') is None\n")
+    out = tmp_path / "probe.json"
+    # no plugin loaded (torch's import is not what is tested): a fresh child is cheap too
+    full = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {}),
+            "PROBE_OUT": str(out)}
+    done = children.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                        cwd=tmp_path, env=full, capture_output=True, text=True, **kwargs)
+    return done, json.loads(out.read_text())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.environ.get("AMP_CONFORMANCE_FORK") == "0",
+                    reason="children are forked only where os.fork exists and it is not off")
+class TestForked:
+    def test_a_child_is_forked_with_its_folder_environment_and_status(self, tmp_path):
+        done, seen = _probe(tmp_path, env={"PROBE_EXTRA": "yes"})
+        assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+        assert seen["ppid"] == children._zygote.process.pid
+        assert seen["path0"] == seen["cwd"] == str(tmp_path) and seen["extra"] == "yes"
+        failed, _ = _probe(tmp_path, env={"PROBE_FAIL": "1"})
+        assert failed.returncode == 1 and "1 failed" in failed.stdout
+
+    def test_a_timeout_kills_the_child(self, tmp_path):
+        began = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            _probe(tmp_path, env={"PROBE_SLEEP": "60"}, timeout=3)
+        assert time.monotonic() - began < 30
+
+    @pytest.mark.parametrize("env", [{"TORCH_LOGS": "+dynamo"}, {"PYTHONWARNINGS": "error"}],
+                             ids=["torch", "python"])
+    def test_what_an_import_reads_differently_is_a_fresh_process(self, tmp_path, env):
+        _, seen = _probe(tmp_path, "-p", "no:warnings", env=env)
+        assert seen["ppid"] == os.getpid()
+
+    def test_a_sitecustomize_on_the_path_is_a_fresh_process(self, tmp_path):
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text("import os\nos.environ['PROBE_EXTRA'] = 'site'\n")
+        path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+        _, seen = _probe(tmp_path, env={"PYTHONPATH": path})
+        assert seen["ppid"] == os.getpid() and seen["extra"] == "site"
