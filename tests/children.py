@@ -106,9 +106,13 @@ class Child:
         if self.returncode is None:
             self._sock.settimeout(timeout)
             try:
-                self.returncode = int(self._sock.recv(64))
+                said = self._sock.recv(64)
             except TimeoutError:
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
+            if not said:
+                raise ChildProcessError(f"the zygote ended before child {self.pid} did: "
+                                        f"its exit status is lost ({self.args})")
+            self.returncode = int(said)
             self._sock.close()
         return self.returncode
 

@@ -38,9 +38,13 @@ def _probe(tmp_path, *args: str, env: dict[str, str] | None = None, **kwargs):
     return done, json.loads(out.read_text())
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or os.environ.get("AMP_CONFORMANCE_FORK") == "0",
-                    reason="children are forked only where os.fork exists and it is not off")
+forks = pytest.mark.skipif(
+    not hasattr(os, "fork") or os.environ.get("AMP_CONFORMANCE_FORK") == "0",
+    reason="children are forked only where os.fork exists and AMP_CONFORMANCE_FORK is not 0")
+
+
 class TestForked:
+    @forks
     def test_a_child_is_forked_with_its_folder_environment_and_status(self, tmp_path):
         done, seen = _probe(tmp_path, env={"PROBE_EXTRA": "yes"})
         assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
@@ -49,6 +53,7 @@ class TestForked:
         failed, _ = _probe(tmp_path, env={"PROBE_FAIL": "1"})
         assert failed.returncode == 1 and "1 failed" in failed.stdout
 
+    @forks
     def test_a_timeout_kills_the_child(self, tmp_path):
         began = time.monotonic()
         with pytest.raises(subprocess.TimeoutExpired):
