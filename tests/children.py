@@ -1,8 +1,9 @@
 """The project's tests' child processes: :func:`run` is ``subprocess.run`` and
 :func:`popen` ``subprocess.Popen`` (what pytester's ``runpytest_subprocess`` starts), forking
-``python -m pytest`` and ``python -m amp_conformance`` from a process that has imported
-torch already (:mod:`tests.zygote`, one per test process, started on first use) instead of
-starting an interpreter that imports it again: most of a small child's time.
+``python -m pytest`` and ``python -m amp_conformance`` (and the xdist workers they start)
+from a process that has imported torch already (:mod:`tests.zygote`, one per test process,
+started on first use) instead of starting an interpreter that imports it again: most of a
+small child's time.
 
 It forks only where the child would be the same as a fresh one: the command is
 ``sys.executable -m MODULE`` without interpreter options, and every variable read at the
@@ -16,28 +17,17 @@ one ``subprocess`` would report.
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests import zygote
+
 #: the modules a child may run forked
 MODULES = ("pytest", "amp_conformance")
-#: variables read when an interpreter starts or torch and its libraries are imported
-_AT_IMPORT = ("PYTHON", "TORCH", "PYTORCH", "ATEN", "OMP", "KMP", "GOMP", "MKL", "ONEDNN",
-              "DNNL", "OPENBLAS", "CUDA", "NVIDIA", "TRITON", "LD_", "LC_", "LANG", "TZ",
-              "MALLOC", "XLA", "PJRT", "HIP", "ROCM", "HSA", "NCCL", "KINETO", "HYPOTHESIS")
-#: of those, what a child reads only when it runs: PYTHONPATH (its sys.path is rebuilt; a
-#: folder of it with a sitecustomize module, run at the start, is never forked) and
-#: inductor's cache folder (which inductor itself sets in the test process on first use)
-_AT_RUN = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
-
-
 class _Zygote:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="amp-zygote-")
@@ -50,12 +40,7 @@ class _Zygote:
         atexit.register(self.close)
 
     def serves(self, env: dict[str, str]) -> bool:
-        return self.ready and self.process.poll() is None and all(
-            env.get(name) == self.env.get(name) for name in set(env) | set(self.env)
-            if name.startswith(_AT_IMPORT) and name not in _AT_RUN) and not any(
-            os.path.exists(os.path.join(folder, f"{name}customize.py"))
-            for folder in env.get("PYTHONPATH", "").split(os.pathsep) if folder
-            for name in ("site", "user"))
+        return self.ready and self.process.poll() is None and zygote.same_start(env, self.env)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -85,57 +70,6 @@ def _forkable(args: list[str], env: dict[str, str]) -> _Zygote | None:
     return _zygote if _zygote.serves(env) else None
 
 
-class Child:
-    """A forked child, as ``subprocess.Popen`` shows one (no pipes: its streams go to the
-    descriptors it was given)."""
-
-    stdin = stdout = stderr = None
-
-    def __init__(self, zygote: _Zygote, args: list[str], env: dict[str, str], cwd: str,
-                 fds: tuple[int, int, int]):
-        self.args = args
-        self.returncode: int | None = None
-        module, rest = _module(args)
-        request = {"module": module, "args": rest, "env": env, "cwd": cwd}
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock.connect(zygote.path)
-        socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
-        self.pid = int(self._sock.recv(64))
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self._sock.settimeout(timeout)
-            try:
-                said = self._sock.recv(64)
-            except TimeoutError:
-                raise subprocess.TimeoutExpired(self.args, timeout) from None
-            if not said:
-                raise ChildProcessError(f"the zygote ended before child {self.pid} did: "
-                                        f"its exit status is lost ({self.args})")
-            self.returncode = int(said)
-            self._sock.close()
-        return self.returncode
-
-    def poll(self) -> int | None:
-        try:
-            return self.wait(0)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            try:
-                os.killpg(self.pid, sig)
-            except OSError:
-                pass
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
 def _fd(spec: Any, handles: list, default: int) -> int:
     """The descriptor a child's stream goes to (a temporary file for PIPE)."""
     if spec is None:
@@ -148,19 +82,22 @@ def _fd(spec: Any, handles: list, default: int) -> int:
 
 
 def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
-          stdout: Any = None, stderr: Any = None) -> Child | None:
+          stdout: Any = None, stderr: Any = None) -> zygote.Child | None:
     """A forked ``subprocess.Popen(args, stdin=<closed>, ...)`` (stdout and stderr: None, a
     file or a descriptor), or None where it would not be the same as a fresh one."""
     args = [str(a) for a in args]
     full_env = dict(os.environ if env is None else env)
-    zygote = _forkable(args, full_env)
-    if zygote is None:
+    forker = _forkable(args, full_env)
+    if forker is None:
         return None
     handles: list = []
     try:
         fds = (_fd(subprocess.DEVNULL, handles, 0), _fd(stdout, handles, 1),
                _fd(stderr, handles, 2))
-        return Child(zygote, args, full_env, os.path.abspath(cwd or os.getcwd()), fds)
+        module, rest = _module(args)
+        request = {"module": module, "args": rest, "env": full_env,
+                   "cwd": os.path.abspath(cwd or os.getcwd())}
+        return zygote.Child(forker.path, request, fds, args)
     finally:
         for handle in handles:
             handle.close()

@@ -1,6 +1,7 @@
 """tests/children.py: a forked child is what a fresh ``python -m pytest`` would be (its
-folder first on sys.path, its PYTHONPATH, its environment and exit status), a timeout kills
-it, and what a fresh interpreter would read differently is never forked."""
+folder first on sys.path, its PYTHONPATH, its environment and exit status), its xdist
+workers are forked too, a timeout kills it, and what a fresh interpreter would read
+differently is never forked."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests import children
 #: a conftest that says where it runs (its parent: the zygote, or this process)
 PROBE = """
 import json, os, sys
-with open(os.environ["PROBE_OUT"], "w") as f:
+with open(os.environ["PROBE_OUT"] + os.environ.get("PYTEST_XDIST_WORKER", ""), "w") as f:
     json.dump({"ppid": os.getppid(), "path0": sys.path[0], "cwd": os.getcwd(),
                "extra": os.environ.get("PROBE_EXTRA")}, f)
 """
@@ -52,6 +53,14 @@ class TestForked:
         assert seen["path0"] == seen["cwd"] == str(tmp_path) and seen["extra"] == "yes"
         failed, _ = _probe(tmp_path, env={"PROBE_FAIL": "1"})
         assert failed.returncode == 1 and "1 failed" in failed.stdout
+
+    @forks
+    def test_a_forked_childs_xdist_workers_are_forked(self, tmp_path):
+        done, seen = _probe(tmp_path, "-p", "xdist", "-n", "2")
+        assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+        workers = [json.loads((tmp_path / f"probe.jsongw{i}").read_text()) for i in (0, 1)]
+        assert {w["ppid"] for w in workers} == {seen["ppid"]} == {children._zygote.process.pid}
+        assert all(w["cwd"] == str(tmp_path) for w in workers)
 
     @forks
     def test_a_timeout_kills_the_child(self, tmp_path):

@@ -1,18 +1,23 @@
 """A process that has imported torch and forks the project's tests' children on request
-(``python -m pytest`` and ``python -m amp_conformance``): each child then skips an
-interpreter's start and torch's import, which are most of a small child's time.
+(``python -m pytest``, ``python -m amp_conformance``, and the xdist workers such a child
+starts): each child then skips an interpreter's start and torch's import, which are most
+of a small child's time.
 
 Run by :mod:`tests.children` as ``python tests/zygote.py SOCKET``; it serves until its
 standard input closes (the test process that started it ended). A request is one packet:
-the module, its arguments, the working directory and the environment, with the child's
-standard streams as passed descriptors. The answer is two packets: the child's pid, then
-its exit status as ``subprocess`` reports it (negative: the signal that ended it).
+the module and its arguments (or, for an xdist worker, the code of ``python -u -c``), the
+working directory and the environment, with the child's standard streams as passed
+descriptors. The answer is two packets: the child's pid, then its exit status as
+``subprocess`` reports it (negative: the signal that ended it). :class:`Child` makes the
+request and shows the child as ``subprocess.Popen`` would.
 
-A child is what ``python -m MODULE ARGS`` would be in that folder and environment: its
-``sys.path`` is rebuilt from both, its ``random`` reseeded, and it ends through the
-interpreter's own exit (atexit handlers run). Only torch is imported here, not pytest's
-plugins or the suite, so that pytest rewrites what it would rewrite in a fresh process;
-:mod:`tests.children` forks only where torch would read the same environment at import.
+A child is what ``python -m MODULE ARGS`` (or ``python -u -c CODE``) would be in that
+folder and environment: its ``sys.path`` is rebuilt from both, its ``random`` reseeded, and
+it ends through the interpreter's own exit (atexit handlers run). Only torch is imported
+here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
+fresh process; a child is forked only where torch and the interpreter would read the same
+environment at their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
+forked the same way (execnet's popen gateway), under the same rule.
 """
 
 from __future__ import annotations
@@ -20,13 +25,114 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
+import subprocess
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: modules every child imports, at a cost paid once here: torch and what the first compile
 #: and the first ``assert_close`` import. None starts a Python thread.
 WARM = ("torch", "torch._dynamo", "torch.distributed.tensor")
+#: variables read when an interpreter starts or torch and its libraries are imported
+AT_IMPORT = ("PYTHON", "TORCH", "PYTORCH", "ATEN", "OMP", "KMP", "GOMP", "MKL", "ONEDNN",
+             "DNNL", "OPENBLAS", "CUDA", "NVIDIA", "TRITON", "LD_", "LC_", "LANG", "TZ",
+             "MALLOC", "XLA", "PJRT", "HIP", "ROCM", "HSA", "NCCL", "KINETO", "HYPOTHESIS")
+#: of those, what a child reads only when it runs: PYTHONPATH (its sys.path is rebuilt; a
+#: folder of it with a sitecustomize module, run at the start, is never forked) and
+#: inductor's cache folder (which inductor itself sets in the test process on first use)
+AT_RUN = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def same_start(env: dict[str, str], started: dict[str, str]) -> bool:
+    """Whether a fresh interpreter in ``env`` would start and import torch as one in
+    ``started`` did (the zygote's environment)."""
+    return all(env.get(name) == started.get(name) for name in set(env) | set(started)
+               if name.startswith(AT_IMPORT) and name not in AT_RUN) and not any(
+        os.path.exists(os.path.join(folder, f"{name}customize.py"))
+        for folder in env.get("PYTHONPATH", "").split(os.pathsep) if folder
+        for name in ("site", "user"))
+
+
+class Child:
+    """A forked child, as ``subprocess.Popen`` shows one; ``stdin``/``stdout`` are the
+    caller's ends of pipes where it made them (an xdist worker's), else None."""
+
+    stdin: Any = None
+    stdout: Any = None
+    stderr: Any = None
+
+    def __init__(self, path: str, request: dict, fds: tuple[int, int, int], args: list[str]):
+        self.args = args
+        self.returncode: int | None = None
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.connect(path)
+        socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+        self.pid = int(self._sock.recv(64))
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._sock.settimeout(timeout)
+            try:
+                said = self._sock.recv(64)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            if not said:
+                raise ChildProcessError(f"the zygote ended before child {self.pid} did: "
+                                        f"its exit status is lost ({self.args})")
+            self.returncode = int(said)
+            self._sock.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _fork_xdist_workers(path: str, started: dict[str, str]) -> None:
+    """In a forked child: execnet's popen gateways (xdist's workers) forked from the
+    zygote too, where a fresh ``python -u -c`` would be the same."""
+    try:
+        from execnet import gateway_io
+    except ImportError:
+        return
+    original = gateway_io.Popen2IOMaster.__init__
+    bootstrap = [sys.executable, "-u", "-c", gateway_io.popen_bootstrapline]
+
+    def __init__(self, args, execmodel) -> None:
+        env = dict(os.environ)
+        if (list(args) != bootstrap or env.get("AMP_CONFORMANCE_FORK") == "0"
+                or not same_start(env, started)):
+            original(self, args, execmodel)
+            return
+        worker_in, to_worker = os.pipe()
+        from_worker, worker_out = os.pipe()
+        request = {"code": args[3], "args": [], "env": env, "cwd": os.getcwd()}
+        try:
+            child = Child(path, request, (worker_in, worker_out, 2), list(args))
+        finally:
+            os.close(worker_in)
+            os.close(worker_out)
+        child.stdin, child.stdout = os.fdopen(to_worker, "wb"), os.fdopen(from_worker, "rb")
+        self.popen = child
+        gateway_io.Popen2IO.__init__(self, child.stdin, child.stdout, execmodel=execmodel)
+
+    gateway_io.Popen2IOMaster.__init__ = __init__
 
 
 def _base_path() -> list[str]:
@@ -35,11 +141,26 @@ def _base_path() -> list[str]:
     return [p for p in sys.path[1:] if os.path.abspath(p) not in own]
 
 
-def _become(request: dict, fds: list[int], base: list[str], closing: list[socket.socket]
-            ) -> NoReturn:
-    """In the forked child: become ``python -m MODULE ARGS``; never returns."""
+def _unbuffered_stdio() -> None:
+    """The standard streams of ``python -u`` (stdin buffered, as there)."""
+    import io
+
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding=encoding, errors=errors)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
+                                  errors=errors, write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                  errors="backslashreplace", write_through=True)
+
+
+def _become(request: dict, fds: list[int], base: list[str], closing: list[socket.socket],
+            path: str) -> NoReturn:
+    """In the forked child: become ``python -m MODULE ARGS`` (or ``python -u -c CODE``);
+    never returns."""
     code = 1
     try:
+        started = dict(os.environ)
         for sock in closing:
             sock.close()
         os.setsid()
@@ -50,15 +171,27 @@ def _become(request: dict, fds: list[int], base: list[str], closing: list[socket
         os.environ.clear()
         os.environ.update(request["env"])
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [os.getcwd(), *extra, *base]
-        sys.argv = ["-m", *request["args"]]
-        sys.orig_argv = [sys.executable, "-m", request["module"], *request["args"]]
         import random
 
         random.seed()
-        import runpy
+        if "code" in request:
+            sys.path[:] = ["", *extra, *base]
+            sys.argv = ["-c"]
+            sys.orig_argv = [sys.executable, "-u", "-c", request["code"]]
+            _unbuffered_stdio()
+            import types
 
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(request["code"], "<string>", "exec"), main.__dict__)  # noqa: S102
+        else:
+            sys.path[:] = [os.getcwd(), *extra, *base]
+            sys.argv = ["-m", *request["args"]]
+            sys.orig_argv = [sys.executable, "-m", request["module"], *request["args"]]
+            _fork_xdist_workers(path, started)
+            import runpy
+
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         raise SystemExit(exc.code) from None
@@ -70,6 +203,7 @@ def _become(request: dict, fds: list[int], base: list[str], closing: list[socket
 
 
 def serve(path: str) -> None:
+    import gc
     import importlib
     import threading
 
@@ -80,8 +214,6 @@ def serve(path: str) -> None:
             continue
     if threading.active_count() != 1:  # native pools (OpenBLAS's) handle a fork themselves
         raise SystemExit("zygote: a Python thread was started while warming; not forking")
-    import gc
-
     gc.freeze()
     base = _base_path()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -99,7 +231,8 @@ def serve(path: str) -> None:
             message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
             pid = os.fork()
             if pid == 0:
-                _become(json.loads(message), fds, base, [listener, conn, *children.values()])
+                _become(json.loads(message), fds, base,
+                        [listener, conn, *children.values()], path)
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"{pid}".encode())
@@ -117,7 +250,7 @@ def serve(path: str) -> None:
                 conn.close()
     for pid in children:
         try:
-            os.killpg(pid, 9)
+            os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
 
