@@ -32,10 +32,11 @@ def _probe(tmp_path, *args: str, env: dict[str, str] | None = None, **kwargs):
                                          "__import__('os').environ.get('PROBE_FAIL') is None\n")
     out = tmp_path / "probe.json"
     # no plugin loaded (torch's import is not what is tested): a fresh child is cheap too
-    full = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {}),
-            "PROBE_OUT": str(out)}
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {}), "PROBE_OUT": str(out)}
     done = children.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                         cwd=tmp_path, env=full, capture_output=True, text=True, **kwargs)
+    assert out.exists(), (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
     return done, json.loads(out.read_text())
 
 

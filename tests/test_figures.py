@@ -138,3 +138,13 @@ def test_the_suite_figures_count_todays_items(tmp_path):
     assert int(speed["speed.items"]) == counted == int(found[1]), (
         f"docs/data/{figures.SPEED} counts {speed['speed.items']} items ({counted} by "
         f"outcome), a collection of the suite {found[1]}")
+
+
+@pytest.mark.parametrize("walk, rcs, refused", [
+    ("quickstart", [0, 1, 0], "'step 1' exited 1"), ("quickstart", [0, 0, 0], None),
+    ("vendor", [0, 1, 0], None), ("vendor", [0, 0, 1], "'step 2' exited 1")])
+def test_a_walk_whose_steps_failed_is_not_recorded(walk, rcs, refused):
+    from amp_conformance.tools import guide_walk
+
+    steps = [{"command": f"step {i}", "rc": rc} for i, rc in enumerate(rcs)]
+    assert guide_walk.unrecordable({"walk": walk, "steps": steps}) == refused

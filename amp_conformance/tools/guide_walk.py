@@ -254,6 +254,14 @@ def store(path: Path, new: dict) -> None:
     path.write_text(json.dumps({"records": records}, indent=1) + "\n", encoding="utf-8")
 
 
+def unrecordable(walked: dict) -> str | None:
+    """Why a walk's figures may not become a page's, or None: a quickstart step failed, or
+    the vendor guide's last run (its first fails by design) did not end green."""
+    steps = walked["steps"] if walked["walk"] == "quickstart" else walked["steps"][-1:]
+    failed = next((s for s in steps if s["rc"] != 0), None)
+    return failed and f"{failed['command']!r} exited {failed['rc']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m amp_conformance.tools.guide_walk",
                                      description=__doc__.split("\n\n")[0])
@@ -276,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     for step in done["steps"]:
         print(f"[rc {step['rc']}, {step['seconds']} s] {step['command']}")
         print("    " + (step["output"].strip().splitlines() or [""])[-1])
+    failed = unrecordable(done)
+    if args.record and failed:
+        print(f"guide_walk: not recorded: {failed}")
+        return 1
     if args.record:
         store(args.record, done)
         print(f"guide_walk: recorded in {args.record}")
