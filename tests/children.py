@@ -1,9 +1,9 @@
 """The project's tests' child processes: :func:`run` is ``subprocess.run`` and
 :func:`popen` ``subprocess.Popen`` (what pytester's ``runpytest_subprocess`` starts), forking
-``python -m pytest`` and ``python -m amp_conformance`` (and the xdist workers they start)
-from a process that has imported torch already (:mod:`tests.zygote`, one per test process,
-started on first use) instead of starting an interpreter that imports it again: most of a
-small child's time.
+``python -m pytest`` and ``python -m amp_conformance`` (and, with PYTHONHASHSEED set, the
+xdist workers they start) from a process that has imported torch already
+(:mod:`tests.zygote`, one per test process, started on first use) instead of starting an
+interpreter that imports it again: most of a small child's time.
 
 It forks only where the child would be the same as a fresh one: the command is
 ``sys.executable -m MODULE`` without interpreter options, and every variable read at the

@@ -17,7 +17,7 @@ it ends through the interpreter's own exit (atexit handlers run). Only torch is 
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
 fresh process; a child is forked only where torch and the interpreter would read the same
 environment at their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
-forked the same way (execnet's popen gateway), under the same rule.
+forked the same way (execnet's popen gateway) where PYTHONHASHSEED is set.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ class Child:
 
 def _fork_xdist_workers(path: str, started: dict[str, str]) -> None:
     """In a forked child: execnet's popen gateways (xdist's workers) forked from the
-    zygote too, where a fresh ``python -u -c`` would be the same."""
+    zygote too, where a fresh ``python -u -c`` would be the same: PYTHONHASHSEED set (fresh
+    workers would each hash with a seed of their own, which the checks of an order stable
+    across workers rely on; forked ones share the zygote's)."""
     try:
         from execnet import gateway_io
     except ImportError:
@@ -117,7 +119,7 @@ def _fork_xdist_workers(path: str, started: dict[str, str]) -> None:
     def __init__(self, args, execmodel) -> None:
         env = dict(os.environ)
         if (list(args) != bootstrap or env.get("AMP_CONFORMANCE_FORK") == "0"
-                or not same_start(env, started)):
+                or "PYTHONHASHSEED" not in env or not same_start(env, started)):
             original(self, args, execmodel)
             return
         worker_in, to_worker = os.pipe()
