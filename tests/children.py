@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,8 @@ from tests import zygote
 
 #: the modules a child may run forked
 MODULES = ("pytest", "amp_conformance")
+
+
 class _Zygote:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="amp-zygote-")
@@ -47,6 +50,7 @@ class _Zygote:
             self.process.stdin.close()
             self.process.wait(10)
         self.process.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _zygote: _Zygote | None = None
@@ -70,14 +74,10 @@ def _forkable(args: list[str], env: dict[str, str]) -> _Zygote | None:
     return _zygote if _zygote.serves(env) else None
 
 
-def _fd(spec: Any, handles: list, default: int) -> int:
-    """The descriptor a child's stream goes to (a temporary file for PIPE)."""
+def _fd(spec: Any, default: int) -> int:
+    """The descriptor a child's stream goes to: None (the caller's), a descriptor or a file."""
     if spec is None:
         return default
-    if spec in (subprocess.PIPE, subprocess.DEVNULL):
-        handle = tempfile.TemporaryFile() if spec == subprocess.PIPE else open(os.devnull, "r+b")  # noqa: SIM115
-        handles.append(handle)
-        return handle.fileno()
     return spec if isinstance(spec, int) else spec.fileno()
 
 
@@ -90,17 +90,12 @@ def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path
     forker = _forkable(args, full_env)
     if forker is None:
         return None
-    handles: list = []
-    try:
-        fds = (_fd(subprocess.DEVNULL, handles, 0), _fd(stdout, handles, 1),
-               _fd(stderr, handles, 2))
-        module, rest = _module(args)
-        request = {"module": module, "args": rest, "env": full_env,
-                   "cwd": os.path.abspath(cwd or os.getcwd())}
-        return zygote.Child(forker.path, request, fds, args)
-    finally:
-        for handle in handles:
-            handle.close()
+    module, rest = _module(args)
+    request = {"module": module, "args": rest, "env": full_env,
+               "cwd": os.path.abspath(cwd or os.getcwd())}
+    with open(os.devnull, "rb") as empty:
+        return zygote.Child(forker.path, request,
+                            (empty.fileno(), _fd(stdout, 1), _fd(stderr, 2)), args)
 
 
 def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
@@ -110,10 +105,7 @@ def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] |
     """``subprocess.run(args, ...)``, forked from the zygote where that is the same (its
     standard input is empty)."""
     args = [str(a) for a in args]
-    if _forkable(args, dict(os.environ if env is None else env)) is None:
-        return subprocess.run(args, cwd=cwd, env=env, timeout=timeout,
-                              capture_output=capture_output, text=text, stdout=stdout,
-                              stderr=stderr, check=check, stdin=subprocess.DEVNULL)
+    fresh = dict(capture_output=capture_output, stdout=stdout, stderr=stderr)
     if capture_output:
         stdout = stderr = subprocess.PIPE
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -121,6 +113,9 @@ def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] |
         err_spec = out_spec if stderr == subprocess.STDOUT else (
             err if stderr == subprocess.PIPE else stderr)
         child = popen(args, env=env, cwd=cwd, stdout=out_spec, stderr=err_spec)
+        if child is None:
+            return subprocess.run(args, cwd=cwd, env=env, timeout=timeout, text=text,
+                                  check=check, stdin=subprocess.DEVNULL, **fresh)
 
         def read(handle: Any, spec: Any) -> Any:
             if spec != subprocess.PIPE:
