@@ -2,6 +2,7 @@
 
     python benchmarks/suite_speed.py [--repeat N] [--bytecode-cache] [--device cpu] [pytest args...]
     python benchmarks/suite_speed.py --repeat 3 --device cpu --record docs/data/suite-speed.json
+    python benchmarks/suite_speed.py --repeat 3 --device cpu --against HEAD
 
 Runs ``pytest --pyargs amp_conformance.suite`` in a subprocess (so torch's import is
 counted, as a user would see it) from an empty directory, serial and ``-n 2`` in turn
@@ -19,6 +20,11 @@ machine and in many CI images) and how many rewritten files were cached.
 ``--cold`` removes those files before every run: a fresh virtualenv under
 ``PYTHONDONTWRITEBYTECODE``, as CI meets it. ``--bytecode-cache`` lifts
 ``PYTHONDONTWRITEBYTECODE`` for the runs, after one run that fills the cache.
+
+``--against REV`` times the suite of git revision ``REV`` too (its ``amp_conformance`` and
+``oplists``, put first on ``PYTHONPATH``), each run of it next to the same run of the working
+tree, and prints how much less time the working tree takes: a before and after taken in
+the same minutes of the same machine. Nothing is recorded with it.
 
 A figure is recorded only from a quiet machine: during every run the other processes took
 less than ``QUIET`` of its cores (the CPU time ``/proc/stat`` counts, less the runs' own),
@@ -84,6 +90,22 @@ def ep_packages(dist: importlib.metadata.Distribution) -> set[str]:
             and not str(f).split("/")[0].endswith((".dist-info", ".data"))}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def revision_tree(rev: str, folder: Path) -> str:
+    """The suite of git revision ``rev`` (its package and op lists) in ``folder``; its
+    short hash."""
+    short = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
+                           capture_output=True, text=True)
+    if short.returncode:
+        raise SystemExit(f"suite_speed: --against {rev}: {short.stderr.strip()}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev,
+                              "amp_conformance", "oplists"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return short.stdout.strip()
+
+
 def run(extra: list[str], workers: int | None, env: dict[str, str],
         cold: bool = False) -> tuple[int, float, str, float | None]:
     """(items, wall seconds, pytest's last line, the share of the cores other processes
@@ -136,40 +158,67 @@ def main() -> int:
                       help="let Python cache bytecode (unset PYTHONDONTWRITEBYTECODE)")
     mode.add_argument("--cold", action="store_true",
                       help="remove pytest's cached rewritten bytecode before every run")
-    parser.add_argument("--record", type=Path, metavar="PATH",
-                        help="put what is printed, with the machine, into this JSON file")
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--record", type=Path, metavar="PATH",
+                      help="put what is printed, with the machine, into this JSON file")
+    kept.add_argument("--against", metavar="REV",
+                      help="time git revision REV's suite too, run by run beside this one's")
     args, extra = parser.parse_known_args()
     env = dict(os.environ)
     if args.bytecode_cache:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        run(extra, None, env)  # fills the cache
+    with tempfile.TemporaryDirectory(prefix="amp-against-") as folder:
+        trees = {"": env}
+        if args.against:
+            rev = revision_tree(args.against, Path(folder))
+            path = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+            trees = {f" ({rev})": {**env, "PYTHONPATH": path}, "": env}
+        return measure(args, extra, trees)
+
+
+def measure(args: argparse.Namespace, extra: list[str], trees: dict[str, dict[str, str]]) -> int:
+    """Run each mode of each tree (its label's suffix: its environment) in turn, print the
+    best of each and record them (``--record``)."""
+    env = trees[""]
+    if args.bytecode_cache:
+        for tree_env in trees.values():
+            run(extra, None, tree_env)  # fills the cache
     import torch
 
     from amp_conformance.tools import guide_walk
 
     host = guide_walk.machine()  # as the runs begin: the load average says what else ran
+    width = max(len(f"-n 2{tree}") for tree in trees) + 6
     cached = "none (--cold)" if args.cold else f"{len(rewritten())} files"
     lines = [f"torch {torch.__version__}, {os.cpu_count()} cores "
              f"({torch.backends.cpu.get_cpu_capability()}), PYTHONDONTWRITEBYTECODE "
              f"{'set' if env.get('PYTHONDONTWRITEBYTECODE') else 'unset'}, pytest's rewritten "
              f"bytecode cached: {cached}",
-             f"{'mode':<10} {'items':>6} {'wall s':>8} {'items/s':>8}  summary"]
+             f"{'mode':<{width}} {'items':>6} {'wall s':>8} {'items/s':>8}  summary"]
     print("\n".join(lines))
     modes = (("serial", None), ("-n 2", 2))
     # Alternated, so that a machine slowing down or speeding up during the runs weighs on
-    # both modes alike; the best run of each mode is shown.
-    runs: dict[str, list[tuple[int, float, str, float | None]]] = {label: [] for label, _ in modes}
+    # both modes (and both trees) alike; the best run of each is shown.
+    runs: dict[str, list[tuple[int, float, str, float | None]]] = {
+        label + tree: [] for label, _ in modes for tree in trees}
     for _ in range(args.repeat):
         for label, workers in modes:
-            runs[label].append(run(extra, workers, env, args.cold))
-    walls = []
-    for label, _ in modes:
+            for tree, tree_env in trees.items():
+                runs[label + tree].append(run(extra, workers, tree_env, args.cold))
+    best = {}
+    for label in runs:
         items, wall, last, _ = min(runs[label], key=lambda r: r[1])
-        walls.append(wall)
-        lines.append(f"{label:<10} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
+        best[label] = wall
+        lines.append(f"{label:<{width}} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
         print(lines[-1])
-    lines.append(f"-n 2 / serial wall: {walls[1] / walls[0]:.2f}")
-    print(lines[-1])
+    for tree in trees:
+        lines.append(f"-n 2 / serial wall{tree}: {best['-n 2' + tree] / best['serial' + tree]:.2f}")
+        print(lines[-1])
+    for tree in trees:
+        if tree:
+            for label, _ in modes:
+                lines.append(f"{label}: {best[label] / best[label + tree]:.2f} of{tree}'s wall")
+                print(lines[-1])
     why = unquiet(runs)
     lines.append("quiet: " + ("yes (other processes under "
                               f"{QUIET:.0%} of the cores in every run, each mode's best two "
