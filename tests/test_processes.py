@@ -38,10 +38,10 @@ class _Item:
 
 
 class _Heap:
-    """Stands in for the gc module: records freeze and unfreeze."""
+    """Stands in for the gc module: records freeze, unfreeze and full collections."""
 
     def __init__(self, frozen: int = 0):
-        self.frozen, self.calls = frozen, []
+        self.frozen, self.calls, self.callbacks = frozen, [], []
 
     def get_freeze_count(self) -> int:
         return self.frozen
@@ -52,9 +52,33 @@ class _Heap:
     def unfreeze(self) -> None:
         self.calls.append("unfreeze")
 
+    def collect(self) -> None:
+        self.calls.append("collect")
+        self.full_pass()
+
+    def full_pass(self) -> None:
+        for callback in list(self.callbacks):
+            callback("start", {"generation": processes.OLDEST})
+            callback("stop", {"generation": processes.OLDEST})
+
+
+class _Plugins:
+    def __init__(self):
+        self.registered = []
+
+    def register(self, plugin, name):
+        self.registered.append(plugin)
+
+    def unregister(self, plugin):
+        self.registered.remove(plugin)
+
+
+def _config(**fields) -> SimpleNamespace:
+    return SimpleNamespace(stash=pytest.Stash(), pluginmanager=_Plugins(), **fields)
+
 
 def _session(workers: int | None, *items: _Item):
-    config = SimpleNamespace(stash=pytest.Stash(), option=SimpleNamespace(dist="no"))
+    config = _config(option=SimpleNamespace(dist="no"))
     if workers is not None:
         config.workerinput = {"workercount": workers}
     return SimpleNamespace(config=config, items=list(items))
@@ -114,6 +138,30 @@ def test_a_conformance_session_freezes_the_heap_until_its_cleanup(exit_hooks):
     for cleanup in cleanups:
         cleanup()
     assert processes.gc.calls == ["freeze", "unfreeze"]
+    assert processes.gc.callbacks == [] and session.config.pluginmanager.registered == []
+
+
+def test_after_an_item_with_a_full_pass_the_grown_heap_is_collected_and_frozen(exit_hooks):
+    """Between items, and only after one during which the collector walked the whole heap:
+    the pass the plugin makes itself there is not counted as another."""
+    session = _session(None, _Item(True))
+    cleanups = _cleanups(session.config)
+    processes.pytest_configure(session.config)
+    processes.pytest_collection_finish(session)
+    (refreeze,) = session.config.pluginmanager.registered
+    refreeze.pytest_runtest_logfinish("a", None)
+    assert processes.gc.calls == ["freeze"]
+    processes.gc.callbacks[0]("stop", {"generation": 1})  # a young generation's pass
+    refreeze.pytest_runtest_logfinish("b", None)
+    assert processes.gc.calls == ["freeze"]
+    processes.gc.full_pass()
+    assert processes.gc.calls == ["freeze"]  # never during the item
+    refreeze.pytest_runtest_logfinish("c", None)
+    refreeze.pytest_runtest_logfinish("d", None)
+    assert processes.gc.calls == ["freeze", "collect", "freeze"]
+    for cleanup in cleanups:
+        cleanup()
+    assert processes.gc.calls[-1] == "unfreeze" and processes.gc.callbacks == []
 
 
 @pytest.mark.parametrize("why", ["no conformance item", "someone else froze the heap"])
@@ -130,7 +178,7 @@ def test_otherwise_the_heap_is_left_as_it_is(exit_hooks, monkeypatch, why):
 
 
 def test_the_xdist_controller_freezes_at_its_first_conformance_report(exit_hooks):
-    config = SimpleNamespace(stash=pytest.Stash())
+    config = _config()
     controller = processes._ControllerHeap(config)
     controller.pytest_runtest_logreport(SimpleNamespace(user_properties=[("other", 1)]))
     assert processes.gc.calls == []
@@ -151,8 +199,9 @@ def _probe(pytester, source: str) -> tuple[str, str]:
 
 
 def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkeypatch):
-    """In a real session: frozen from the items on, still frozen when pytest collects the
-    items' garbage after the last one, and no longer frozen once the session has ended."""
+    """In a real session: frozen from the items on, more of it after each item that made a
+    full pass (here: every item), still frozen when pytest collects the items' garbage
+    after the last one, and no longer frozen once the session has ended."""
     import _pytest.unraisableexception as unraisable
 
     seen = []
@@ -165,6 +214,8 @@ def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkey
         @pytest.fixture(autouse=True)
         def _frozen(record_property):
             record_property("frozen", gc.get_freeze_count())
+            yield
+            gc.collect()
     """)
     # A session of this process that collected conformance items (the repository's own
     # run collects the suite and these tests together) froze the heap: the inner session
@@ -175,9 +226,11 @@ def test_pytests_unraisable_check_runs_while_the_heap_is_frozen(pytester, monkey
         result = pytester.inline_run(*SUITE, *probe)
         passed = result.getreports("pytest_runtest_logreport")
         frozen = [dict(r.user_properties)["frozen"] for r in passed if r.when == "call"]
-        assert frozen and all(n > 0 for n in frozen)
+        assert len(frozen) > 1 and all(n > 0 for n in frozen)
+        assert frozen == sorted(frozen) and frozen[-1] > frozen[0]
         assert seen and all(n > 0 for n in seen)  # how often pytest collects is its own
         assert gc.get_freeze_count() == 0
+        assert not any(isinstance(c, processes._Refreeze) for c in gc.callbacks)
     finally:
         if outer:
             gc.freeze()

@@ -17,7 +17,11 @@ package is installed; other test suites' processes are left as they are).
   controller can end. Once the items are collected (in the xdist controller: at the first
   conformance report), what is alive is frozen (:func:`gc.freeze`): the collector leaves it
   alone, and still collects everything the items make, so pytest's check still sees their
-  garbage. It is unfrozen when the session's cleanup ends, after pytest's check; a heap
+  garbage. The heap still grows during the run (dynamo, Hypothesis and the modules the
+  checks import on first use), and a full pass then walks all of it again: after an item
+  during which the collector made a full pass, the rest of the heap is collected and what
+  is alive is frozen too, between items, so no item's own cycles are ever frozen while it
+  runs. It is unfrozen when the session's cleanup ends, after pytest's check; a heap
   someone else froze is left as it is.
 - **Hypothesis, past assertion rewriting.** pytest rewrites the asserts of every module of a
   distribution that ships a pytest plugin, Hypothesis included: each process then compiles
@@ -60,6 +64,7 @@ from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, w
 USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SAVED = pytest.StashKey[int]()
 _FROZEN = pytest.StashKey[bool]()
+_REFREEZE = pytest.StashKey["_Refreeze"]()
 _CONFORMANCE = pytest.StashKey[bool]()  # this process collected, or was sent, conformance items
 _TRACE_PROPAGATED = pytest.StashKey[bool]()
 #: torch's structured-trace logger (torch._logging._internal.trace_log)
@@ -94,6 +99,30 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_ControllerHeap(config), "amp-conformance-heap")
 
 
+#: the generation of the collector's full passes
+OLDEST = 2
+
+
+class _Refreeze:
+    """Registered while this session holds the heap frozen: notes the collector's full
+    passes (a gc callback); at the end of an item during which one ran, it collects the
+    heap that grew since the last freeze and freezes what is alive."""
+
+    def __init__(self) -> None:
+        self.full_pass = False
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == OLDEST:
+            self.full_pass = True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        if self.full_pass:
+            gc.collect()
+            gc.freeze()
+            self.full_pass = False
+
+
 def _freeze(config: pytest.Config) -> None:
     """Move what is alive now out of the collector's reach, for this session."""
     if config.stash.get(_CONFORMANCE, False):
@@ -103,12 +132,20 @@ def _freeze(config: pytest.Config) -> None:
     config.stash[_FROZEN] = gc.get_freeze_count() == 0
     if config.stash[_FROZEN]:
         gc.freeze()
+        refreeze = config.stash[_REFREEZE] = _Refreeze()
+        gc.callbacks.append(refreeze)
+        config.pluginmanager.register(refreeze, "amp-conformance-refreeze")
     if not _EXIT_FREEZE:  # once per process, however many sessions it runs (pytester)
         atexit.register(gc.freeze)
         _EXIT_FREEZE.append(True)
 
 
 def _unfreeze(config: pytest.Config) -> None:
+    refreeze = config.stash.get(_REFREEZE, None)
+    if refreeze is not None:
+        gc.callbacks.remove(refreeze)
+        config.pluginmanager.unregister(refreeze)
+        del config.stash[_REFREEZE]
     if config.stash.get(_FROZEN, False):
         gc.unfreeze()
         config.stash[_FROZEN] = False
