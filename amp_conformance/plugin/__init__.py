@@ -36,6 +36,7 @@ pytest_plugins = (  # each before the modules that import it, so pytest rewrites
     "amp_conformance.plugin.processes",
     "amp_conformance.plugin.distribution",
     "amp_conformance.plugin.tiers",
+    "amp_conformance.plugin.deferred_repr",  # last: its report wrapper wraps the others
 )
 
 MARKERS = (

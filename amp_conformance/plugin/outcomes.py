@@ -35,9 +35,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
     message's first line, which the causes table groups by."""
     report = yield
     group = call.excinfo.value if call.excinfo is not None else None
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if report.failed and isinstance(group, BaseExceptionGroup) and crash is not None:
-        crash.message = distinct(group)
+    if report.failed and isinstance(group, BaseExceptionGroup):
+        crash = getattr(report.longrepr, "reprcrash", None)  # read only here: it is made
+        if crash is not None:                                # when read (deferred_repr)
+            crash.message = distinct(group)
     return report
 
 
