@@ -148,3 +148,22 @@ def test_a_walk_whose_steps_failed_is_not_recorded(walk, rcs, refused):
 
     steps = [{"command": f"step {i}", "rc": rc} for i, rc in enumerate(rcs)]
     assert guide_walk.unrecordable({"walk": walk, "steps": steps}) == refused
+
+
+def test_a_walk_not_recorded_shows_why(monkeypatch, tmp_path, capsys):
+    """The failed step's last lines are printed: the walk's folder is gone by then."""
+    from amp_conformance.tools import guide_walk
+
+    steps = [{"command": "pip install", "rc": 0, "seconds": 1.0, "output": "ok"},
+             {"command": "pytest -n 2", "rc": 1, "seconds": 2.0,
+              "output": "FAILED tests/test_x.py::test_y - AssertionError\n= 1 failed ="}]
+    monkeypatch.setattr(guide_walk, "walk_quickstart", lambda folder: {
+        "walk": "quickstart", "page": "docs/quickstart.md", "environment": "here",
+        "steps": steps})
+    monkeypatch.setattr(guide_walk, "machine", lambda: {"cpu": "x"})
+    monkeypatch.setattr(guide_walk, "commit", lambda working_tree=False: "abc1234")
+    record = tmp_path / "walks.json"
+    assert guide_walk.main(["quickstart", "--record", str(record)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED tests/test_x.py::test_y - AssertionError" in out
+    assert "not recorded: 'pytest -n 2' exited 1" in out and not record.exists()

@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         print("    " + (step["output"].strip().splitlines() or [""])[-1])
     failed = unrecordable(done)
     if args.record and failed:
+        step = next(s for s in done["steps"] if s["rc"] != 0)
+        print(f"--- the last lines of {step['command']!r} ---\n{step['output']}")
         print(f"guide_walk: not recorded: {failed}")
         return 1
     if args.record:
