@@ -251,32 +251,51 @@ def start(run: Run, out: Path) -> Started:
 GRACE = 30.0
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen) -> str:
     """End a run past its timeout as Ctrl-C would (pytest then prints its short summary,
     naming every failure so far, and writes its reports), and all of it when that does not
-    end it within :data:`GRACE` seconds."""
+    end it within :data:`GRACE` seconds; then say what it was doing (empty: Ctrl-C ended it)."""
     proc.send_signal(signal.SIGINT)
+    stuck = ""
     try:
         proc.wait(timeout=GRACE)
     except subprocess.TimeoutExpired:
-        pass
+        stuck = (f"Ctrl-C did not end it within {GRACE:.0f} s, so it was killed "
+                 f"({process_state(proc.pid)}); ")
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    return stuck
+
+
+#: the lines of /proc/PID/status that say why a process does not answer a signal
+STATE_FIELDS = ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
+def process_state(pid: int) -> str:
+    """The kernel's account of a process (Linux), for a run that did not end: its state,
+    threads and signal masks, and where it waits."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+        wchan = Path(f"/proc/{pid}/wchan").read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        return f"its state cannot be read: {exc}"
+    fields = [line.replace("\t", " ") for line in status if line.split(":")[0] in STATE_FIELDS]
+    return "; ".join([*fields, f"waits in {wchan or '-'}"])
 
 
 def finish(started: Started, out: Path, timeout: float, beside: str = "") -> Outcome:
     """Wait for a started run (at most ``timeout`` seconds from its start), write its log
     (``out/<name>.log``) and read what it gave. ``beside``: the run that ran alongside."""
-    run = started.run
+    run, stuck = started.run, ""
     try:
         status: int | None = started.proc.wait(
             timeout=max(0.0, timeout - (time.perf_counter() - started.began)))
     except subprocess.TimeoutExpired:
         status = None
-        stop(started.proc)
+        stuck = stop(started.proc)
     wall = time.perf_counter() - started.began
     started.empty.cleanup()
     stdout, stderr = started.stdout.read_text(), started.stderr.read_text()
@@ -286,7 +305,7 @@ def finish(started: Started, out: Path, timeout: float, beside: str = "") -> Out
     outcome = read_outcome(run, status, wall, stdout)
     outcome.beside = beside
     if status is None:
-        outcome.note = f"timed out after {timeout:.0f} s; " + outcome.note
+        outcome.note = f"timed out after {timeout:.0f} s; {stuck}" + outcome.note
     elif not outcome.summary:
         outcome.note += f" stderr: {first_line(stderr[-2000:])}"
     return outcome

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -182,7 +184,24 @@ def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_
                                     str(tmp_path / "test_slow.py")))
     outcome = gpu_check.finish(gpu_check.start(run, tmp_path), tmp_path, timeout=5.0)
     assert outcome.exit_status is None and outcome.note.startswith("timed out after 5 s")
-    assert len(outcome.failures) == 1 and "test_slow.py::test_fails" in outcome.failures[0]
+    log = (tmp_path / "project.log").read_text()
+    assert len(outcome.failures) == 1 and "test_slow.py::test_fails" in outcome.failures[0], (
+        f"{outcome.note}\n{log[-3000:]}")
+
+
+def test_a_run_that_ctrl_c_does_not_end_is_killed_and_its_state_said(gpu_check, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setattr(gpu_check, "GRACE", 1.0)
+    run = gpu_check.Run("deaf", (sys.executable, "-c", "import signal, time; signal.signal("
+                                 "signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); "
+                                 "time.sleep(60)"))
+    outcome = gpu_check.finish(gpu_check.start(run, tmp_path), tmp_path, timeout=2.0)
+    assert outcome.exit_status is None and outcome.wall < 30
+    assert outcome.note.startswith("timed out after 2 s; Ctrl-C did not end it within 1 s, so "
+                                   "it was killed (State:"), outcome.note
+    if sys.platform == "linux":
+        ignored = int(re.search(r"SigIgn: ([0-9a-f]+)", outcome.note)[1], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)), outcome.note
 
 
 def test_the_page_shows_the_kept_summary_of_the_last_check(gpu_check):
