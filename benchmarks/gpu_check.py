@@ -35,6 +35,7 @@ Exit status: 0 when every run exited 0, else 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -43,8 +44,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,10 +244,28 @@ def start(run: Run, out: Path) -> Started:
     empty = tempfile.TemporaryDirectory(prefix="gpu-check-")
     cwd = CHECKOUT if run.in_checkout else Path(empty.name)
     stdout, stderr = out / f"{run.name}.stdout", out / f"{run.name}.stderr"
-    with stdout.open("w") as o, stderr.open("w") as e:
+    with stdout.open("w") as o, stderr.open("w") as e, interruptible():
         proc = subprocess.Popen(run.argv, cwd=cwd, env=env, stdout=o, stderr=e,
                                 start_new_session=True)
     return Started(run, proc, stdout, stderr, time.perf_counter(), empty)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Children started inside hear Ctrl-C (:func:`stop` sends it), though this process
+    ignores it: an ignored signal stays ignored across exec, and a shell without job
+    control starts its background commands ignoring SIGINT and SIGQUIT. A handled one is
+    reset to the default there, so for the start it is handled (Python's own handler)."""
+    ignored = [s for s in (signal.SIGINT, signal.SIGQUIT) if signal.getsignal(s) == signal.SIG_IGN]
+    if threading.current_thread() is not threading.main_thread():
+        ignored = []  # only the main thread may set a handler
+    for each in ignored:
+        signal.signal(each, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for each in ignored:
+            signal.signal(each, signal.SIG_IGN)
 
 
 #: seconds a run stopped by its timeout has to write its summary and reports

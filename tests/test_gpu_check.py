@@ -175,8 +175,21 @@ def test_overlap_runs_the_project_beside_the_untimed_runs_alone(gpu_check, tmp_p
 
 
 @pytest.mark.slow
-def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_check, tmp_path):
-    """Stopped as Ctrl-C stops pytest: its short summary still names the failures."""
+@pytest.mark.parametrize("sigint", ["handled", "ignored"])
+def test_a_run_past_its_timeout_is_interrupted_and_names_what_failed_so_far(gpu_check, tmp_path,
+                                                                           sigint):
+    """Stopped as Ctrl-C stops pytest: its short summary still names the failures, also
+    where the check itself ignores SIGINT (a background command of a shell without job
+    control), which its runs would inherit."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else previous)
+    try:
+        _interrupted_run(gpu_check, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_run(gpu_check, tmp_path) -> None:
     (tmp_path / "test_slow.py").write_text(
         "import time\n\ndef test_fails():\n    assert False\n\n"
         "def test_hangs():\n    time.sleep(60)\n")
