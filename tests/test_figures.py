@@ -150,20 +150,25 @@ def test_a_walk_whose_steps_failed_is_not_recorded(walk, rcs, refused):
     assert guide_walk.unrecordable({"walk": walk, "steps": steps}) == refused
 
 
-def test_a_walk_not_recorded_shows_why(monkeypatch, tmp_path, capsys):
-    """The failed step's last lines are printed: the walk's folder is gone by then."""
+@pytest.mark.parametrize("walk", ["quickstart", "vendor"])
+def test_a_walk_not_recorded_shows_why(monkeypatch, tmp_path, capsys, walk):
+    """The failing step's last lines are printed (the walk's folder is gone by then): for
+    the vendor guide its last run, not its first, which fails by design."""
     from amp_conformance.tools import guide_walk
 
-    steps = [{"command": "pip install", "rc": 0, "seconds": 1.0, "output": "ok"},
+    steps = [{"command": "first run", "rc": 1, "seconds": 1.0, "output": "drafted, by design"},
              {"command": "pytest -n 2", "rc": 1, "seconds": 2.0,
               "output": "FAILED tests/test_x.py::test_y - AssertionError\n= 1 failed ="}]
-    monkeypatch.setattr(guide_walk, "walk_quickstart", lambda folder: {
-        "walk": "quickstart", "page": "docs/quickstart.md", "environment": "here",
-        "steps": steps})
+    if walk == "quickstart":
+        steps[0]["rc"] = 0
+    walked = {"walk": walk, "page": "page.md", "environment": "here", "steps": steps}
+    monkeypatch.setattr(guide_walk, "walk_quickstart", lambda folder: walked)
+    monkeypatch.setattr(guide_walk, "walk_vendor", lambda folder, *args: walked)
     monkeypatch.setattr(guide_walk, "machine", lambda: {"cpu": "x"})
     monkeypatch.setattr(guide_walk, "commit", lambda working_tree=False: "abc1234")
     record = tmp_path / "walks.json"
-    assert guide_walk.main(["quickstart", "--record", str(record)]) == 1
+    assert guide_walk.main([walk, "--record", str(record)]) == 1
     out = capsys.readouterr().out
     assert "FAILED tests/test_x.py::test_y - AssertionError" in out
+    assert "--- the last lines of 'pytest -n 2' ---" in out and "lines of 'first run'" not in out
     assert "not recorded: 'pytest -n 2' exited 1" in out and not record.exists()

@@ -254,11 +254,16 @@ def store(path: Path, new: dict) -> None:
     path.write_text(json.dumps({"records": records}, indent=1) + "\n", encoding="utf-8")
 
 
-def unrecordable(walked: dict) -> str | None:
-    """Why a walk's figures may not become a page's, or None: a quickstart step failed, or
-    the vendor guide's last run (its first fails by design) did not end green."""
+def failed_step(walked: dict) -> dict | None:
+    """The step that keeps a walk's figures off the pages, or None: a quickstart step that
+    failed, or the vendor guide's last run (its first fails by design) not green."""
     steps = walked["steps"] if walked["walk"] == "quickstart" else walked["steps"][-1:]
-    failed = next((s for s in steps if s["rc"] != 0), None)
+    return next((s for s in steps if s["rc"] != 0), None)
+
+
+def unrecordable(walked: dict) -> str | None:
+    """Why a walk's figures may not become a page's, or None (:func:`failed_step`)."""
+    failed = failed_step(walked)
     return failed and f"{failed['command']!r} exited {failed['rc']}"
 
 
@@ -284,11 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     for step in done["steps"]:
         print(f"[rc {step['rc']}, {step['seconds']} s] {step['command']}")
         print("    " + (step["output"].strip().splitlines() or [""])[-1])
-    failed = unrecordable(done)
+    failed = failed_step(done)
     if args.record and failed:
-        step = next(s for s in done["steps"] if s["rc"] != 0)
-        print(f"--- the last lines of {step['command']!r} ---\n{step['output']}")
-        print(f"guide_walk: not recorded: {failed}")
+        print(f"--- the last lines of {failed['command']!r} ---\n{failed['output']}")
+        print(f"guide_walk: not recorded: {unrecordable(done)}")
         return 1
     if args.record:
         store(args.record, done)
