@@ -1,9 +1,9 @@
 """The project's tests' child processes: :func:`run` is ``subprocess.run`` and
 :func:`popen` ``subprocess.Popen`` (what pytester's ``runpytest_subprocess`` starts), forking
-``python -m pytest`` and ``python -m amp_conformance`` (and, with PYTHONHASHSEED set, the
-xdist workers they start) from a process that has imported torch already
-(:mod:`tests.zygote`, one per test process, started on first use) instead of starting an
-interpreter that imports it again: most of a small child's time.
+``python -m pytest`` and ``python -m amp_conformance`` (and the xdist workers they start)
+from a process that has imported torch already
+(:mod:`tests.zygote`, started on first use with the :data:`POOL` that forks xdist workers)
+instead of starting an interpreter that imports it again: most of a small child's time.
 
 It forks only where the child would be the same as a fresh one: the command is
 ``sys.executable -m MODULE`` without interpreter options, and every variable read at the
@@ -31,25 +31,40 @@ from tests import zygote
 MODULES = ("pytest", "amp_conformance")
 
 
+#: zygotes that fork only xdist workers, each started fresh and so hashing with a seed of
+#: its own: the two workers of ``-n 2`` (and a replacement) hash as fresh ones would
+POOL = 2
+
+
 class _Zygote:
+    """The zygote that forks children, and :data:`POOL` more that fork their xdist workers
+    (started together, each a fresh interpreter)."""
+
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="amp-zygote-")
-        self.path = os.path.join(self.folder, "socket")
         self.env = dict(os.environ)
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("zygote.py")), self.path],
+        self.paths = [os.path.join(self.folder, f"socket{i}") for i in range(POOL + 1)]
+        self.path, self.pool = self.paths[0], self.paths[1:]
+        self.processes = [subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("zygote.py")), path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, cwd=self.folder)
-        self.ready = self.process.stdout.readline() == b"ready\n"
+            for path in self.paths]
+        self.process = self.processes[0]
+        self.ready = all([p.stdout.readline() == b"ready\n" for p in self.processes])
         atexit.register(self.close)
 
     def serves(self, env: dict[str, str]) -> bool:
-        return self.ready and self.process.poll() is None and zygote.same_start(env, self.env)
+        return (self.ready and all(p.poll() is None for p in self.processes)
+                and zygote.same_start(env, self.env))
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait(10)
-        self.process.stdout.close()
+        for process in self.processes:
+            if process.poll() is None:
+                process.stdin.close()
+        for process in self.processes:
+            if process.returncode is None:
+                process.wait(10)
+            process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -92,7 +107,7 @@ def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path
         return None
     module, rest = _module(args)
     request = {"module": module, "args": rest, "env": full_env,
-               "cwd": os.path.abspath(cwd or os.getcwd())}
+               "cwd": os.path.abspath(cwd or os.getcwd()), "pool": forker.pool}
     with open(os.devnull, "rb") as empty:
         return zygote.Child(forker.path, request,
                             (empty.fileno(), _fd(stdout, 1), _fd(stderr, 2)), args)
@@ -138,3 +153,23 @@ def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] |
     if check:
         done.check_returncode()
     return done
+
+
+def python_on_path(folder: Path) -> Path:
+    """``folder/python``: this interpreter for a shell's commands (a guide walked), its
+    ``python -m pytest`` and ``python -m amp_conformance`` forked from the zygote where
+    that is the same as a fresh one (:func:`tests.zygote.python`); ``sys.executable``
+    itself where nothing is forked."""
+    forker = _forkable([sys.executable, "-m", "pytest"], dict(os.environ))
+    if forker is None:
+        return Path(sys.executable)
+    started = {k: v for k, v in forker.env.items() if k.startswith(zygote.AT_IMPORT)}
+    shim = folder / "python"
+    shim.write_text(
+        f"#!{sys.executable} -IS\n"
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport zygote\n"
+        f"zygote.python({sys.executable!r}, {forker.path!r}, {forker.pool!r}, {started!r})\n",
+        encoding="utf-8")
+    shim.chmod(0o755)
+    return shim
+

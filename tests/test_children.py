@@ -19,8 +19,8 @@ from tests import children
 PROBE = """
 import json, os, sys
 with open(os.environ["PROBE_OUT"] + os.environ.get("PYTEST_XDIST_WORKER", ""), "w") as f:
-    json.dump({"ppid": os.getppid(), "path0": sys.path[0], "cwd": os.getcwd(),
-               "extra": os.environ.get("PROBE_EXTRA")}, f)
+    json.dump({"pid": os.getpid(), "ppid": os.getppid(), "path0": sys.path[0], "cwd": os.getcwd(),
+               "extra": os.environ.get("PROBE_EXTRA"), "hash": hash("amp-conformance")}, f)
 """
 
 
@@ -56,17 +56,30 @@ class TestForked:
         assert failed.returncode == 1 and "1 failed" in failed.stdout
 
     @forks
-    @pytest.mark.skipif("PYTHONHASHSEED" in os.environ, reason="with PYTHONHASHSEED set the "
-                        "workers are forked: each fresh one would hash with the same seed")
+    @pytest.mark.skipif("PYTHONHASHSEED" in os.environ, reason="with PYTHONHASHSEED set every "
+                        "fresh worker would hash with the same seed")
     def test_a_forked_childs_xdist_workers_hash_with_seeds_of_their_own(self, tmp_path):
-        """Fresh, not forked: forked workers would share the zygote's hash seed, and the
-        checks of an order stable across workers would lose what they catch."""
+        """Forked from the pool, one zygote each: workers sharing a hash seed would hide
+        what the checks of an order stable across workers catch."""
         done, seen = _probe(tmp_path, "-p", "xdist", "-n", "2")
         assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
         workers = [json.loads((tmp_path / f"probe.jsongw{i}").read_text()) for i in (0, 1)]
+        pool = {p.pid for p in children._zygote.processes[1:]}
         assert seen["ppid"] == children._zygote.process.pid
-        assert all(w["ppid"] not in (seen["ppid"], os.getpid()) for w in workers)
+        assert {w["ppid"] for w in workers} == pool and len(pool) == children.POOL == 2
+        assert len({seen["hash"], *(w["hash"] for w in workers)}) == 3
         assert all(w["cwd"] == str(tmp_path) for w in workers)
+
+    @forks
+    @pytest.mark.skipif("PYTHONHASHSEED" in os.environ, reason="with PYTHONHASHSEED set every "
+                        "fresh worker would hash with the same seed")
+    def test_workers_beyond_the_pool_start_fresh(self, tmp_path):
+        done, seen = _probe(tmp_path, "-p", "xdist", "-n", "3")
+        assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+        parents = sorted(json.loads((tmp_path / f"probe.jsongw{i}").read_text())["ppid"]
+                         for i in (0, 1, 2))
+        pool = sorted(p.pid for p in children._zygote.processes[1:])
+        assert parents == sorted([*pool, seen["pid"]])  # the third: the controller's child
 
     @forks
     def test_a_timeout_kills_the_child(self, tmp_path):

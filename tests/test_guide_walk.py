@@ -55,11 +55,13 @@ needs_python_backend = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def vendor_walk(tmp_path_factory) -> dict:
     """The vendor guide's first run, steps 0 and 2 to 7 as printed, walked once in an empty
-    folder under ``bash -u`` (a variable the guide names and nobody set stops it)."""
+    folder under ``bash -u`` (a variable the guide names and nobody set stops it), its
+    ``python`` this interpreter (forking its runs from the tests' zygote)."""
     folder = tmp_path_factory.mktemp("vendor-guide")
+    python = children.python_on_path(tmp_path_factory.mktemp("bin"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SHELLOPTS", "nounset")  # the walker's shell, as bash -u
-        return {"walked": guide_walk.walk_vendor(folder), "work": folder / "work"}
+        return {"walked": guide_walk.walk_vendor(folder, python=python), "work": folder / "work"}
 
 
 def _step_by_step() -> str:

@@ -17,7 +17,8 @@ it ends through the interpreter's own exit (atexit handlers run). Only torch is 
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
 fresh process; a child is forked only where torch and the interpreter would read the same
 environment at their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
-forked the same way (execnet's popen gateway) where PYTHONHASHSEED is set.
+forked too (execnet's popen gateway): each from a zygote of a pool, started fresh, so that
+workers hash with seeds of their own as fresh ones would.
 """
 
 from __future__ import annotations
@@ -85,10 +86,9 @@ class Child:
         return self.returncode
 
     def poll(self) -> int | None:
-        try:
-            return self.wait(0)
-        except subprocess.TimeoutExpired:
-            return None
+        if self.returncode is None and not select.select([self._sock], [], [], 0)[0]:
+            return None  # no answer yet: running
+        return self.wait()
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -104,37 +104,77 @@ class Child:
         self.send_signal(signal.SIGKILL)
 
 
-def _fork_xdist_workers(path: str, started: dict[str, str]) -> None:
-    """In a forked child: execnet's popen gateways (xdist's workers) forked from the
-    zygote too, where a fresh ``python -u -c`` would be the same: PYTHONHASHSEED set (fresh
-    workers would each hash with a seed of their own, which the checks of an order stable
-    across workers rely on; forked ones share the zygote's)."""
+def _free(pool: list[str], serving: dict[str, Child]) -> str | None:
+    """A zygote of ``pool`` none of whose workers still runs (its answer is the exit status)."""
+    for path in pool:
+        child = serving.get(path)
+        if child is None or child.poll() is not None:
+            return path
+    return None
+
+
+def _fork_xdist_workers(path: str, started: dict[str, str], pool: list[str]) -> None:
+    """In a forked child: execnet's popen gateways (xdist's workers) forked from a zygote
+    too, where a fresh ``python -u -c`` would be the same. Fresh workers without
+    PYTHONHASHSEED each hash with a seed of their own (the checks of an order stable across
+    workers rely on it): each is forked from a zygote of ``pool`` that no running worker
+    came from, or started fresh where none is free; with PYTHONHASHSEED set they share one,
+    this zygote's."""
     try:
         from execnet import gateway_io
     except ImportError:
         return
     original = gateway_io.Popen2IOMaster.__init__
     bootstrap = [sys.executable, "-u", "-c", gateway_io.popen_bootstrapline]
+    serving: dict[str, Child] = {}
 
     def __init__(self, args, execmodel) -> None:
         env = dict(os.environ)
         if (list(args) != bootstrap or env.get("AMP_CONFORMANCE_FORK") == "0"
-                or "PYTHONHASHSEED" not in env or not same_start(env, started)):
+                or not same_start(env, started)):
+            original(self, args, execmodel)
+            return
+        server = path if "PYTHONHASHSEED" in env else _free(pool, serving)
+        if server is None:
             original(self, args, execmodel)
             return
         worker_in, to_worker = os.pipe()
         from_worker, worker_out = os.pipe()
         request = {"code": args[3], "args": [], "env": env, "cwd": os.getcwd()}
         try:
-            child = Child(path, request, (worker_in, worker_out, 2), list(args))
+            child = Child(server, request, (worker_in, worker_out, 2), list(args))
         finally:
             os.close(worker_in)
             os.close(worker_out)
+        serving[server] = child
         child.stdin, child.stdout = os.fdopen(to_worker, "wb"), os.fdopen(from_worker, "rb")
         self.popen = child
         gateway_io.Popen2IO.__init__(self, child.stdin, child.stdout, execmodel=execmodel)
 
     gateway_io.Popen2IOMaster.__init__ = __init__
+
+
+def python(real: str, path: str, pool: list[str], started: dict[str, str]) -> NoReturn:
+    """``python`` for a shell (:func:`tests.children.python_on_path`): ``python -m pytest``
+    and ``python -m amp_conformance`` forked from the zygote at ``path`` where a fresh one
+    would be the same, anything else ``real`` itself; exits as the child did."""
+    args = sys.argv[1:]
+    module = (args[1], args[2:]) if len(args) > 1 and args[0] == "-m" else None
+    env = dict(os.environ)
+    if (module is None or module[0] not in ("pytest", "amp_conformance")
+            or env.get("AMP_CONFORMANCE_FORK") == "0" or not same_start(env, started)
+            or not os.path.exists(path)):
+        os.execv(real, [real, *args])
+    request = {"module": module[0], "args": module[1], "env": env, "cwd": os.getcwd(),
+               "pool": pool}
+    child = Child(path, request, (0, 1, 2), [real, *args])
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # to the child's session
+        signal.signal(sig, lambda number, frame: child.send_signal(number))
+    code = child.wait()
+    if code < 0:  # ended by a signal: so is this process, as the shell expects
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    raise SystemExit(code)
 
 
 def _base_path() -> list[str]:
@@ -190,7 +230,7 @@ def _become(request: dict, fds: list[int], base: list[str], closing: list[socket
             sys.path[:] = [os.getcwd(), *extra, *base]
             sys.argv = ["-m", *request["args"]]
             sys.orig_argv = [sys.executable, "-m", request["module"], *request["args"]]
-            _fork_xdist_workers(path, started)
+            _fork_xdist_workers(path, started, request.get("pool", []))
             import runpy
 
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)

@@ -139,12 +139,16 @@ def vendor_commands(environment: bool) -> list[str]:
     return commands if environment else [c for c in commands if not ENVIRONMENT.match(c)]
 
 
-def walk_vendor(folder: Path, environment: bool = False, from_clone: bool = False) -> dict:
+def walk_vendor(folder: Path, environment: bool = False, from_clone: bool = False,
+                python: Path | None = None) -> dict:
     """The vendor guide's first run in ``folder`` (empty): its steps, and where. With
     ``from_clone``, ``AMP_CONFORMANCE`` is a fresh clone of this checkout's committed tree and
-    step 1 runs (the suite under walk is the clone's wheel)."""
+    step 1 runs (the suite under walk is the clone's wheel); else the walk's ``python`` is
+    ``python`` (default: this interpreter), its folder first on PATH, then this one's."""
     environment = environment or from_clone
     env = clean_env(None if environment else Path(sys.executable).parent)
+    if python is not None and not environment:
+        env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"
     env["AMP_CONFORMANCE"] = str(ROOT)
     if from_clone:
         env["AMP_CONFORMANCE"] = str(folder / "amp-conformance")
