@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from amp_conformance.checks.opinfo.reference import policy_table
 from amp_conformance.core import devices
 from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.target import Target, fake_supported
+from amp_conformance.tools import forked
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,11 +113,7 @@ def _cells_isolated(device: str, ops: list[str], oplists: tuple[str, ...],
         journal = Path(tmp) / "cells.jsonl"
         while len(cells) < len(ops):
             left = [op for op in ops if op not in cells]
-            child = subprocess.run(
-                [sys.executable, "-m", "amp_conformance", "atlas", "--devices", device,
-                 "--ops", ",".join(left), "--cells", str(journal),
-                 *[f"--backend-module={m}" for m in backend_modules],
-                 *[f"--oplist={p}" for p in oplists]], stdout=subprocess.DEVNULL)
+            returncode = _child(device, left, oplists, backend_modules, journal)
             running = None
             for line in journal.read_text(encoding="utf-8").splitlines():
                 event = json.loads(line)
@@ -126,8 +124,27 @@ def _cells_isolated(device: str, ops: list[str], oplists: tuple[str, ...],
             if running is None and len(cells) < len(ops):
                 running = next(op for op in ops if op not in cells)
             if running is not None:
-                cells[running] = f"crashed the process ({_how(child.returncode)})"
+                cells[running] = f"crashed the process ({_how(returncode)})"
     return cells
+
+
+def _child(device: str, ops: list[str], oplists: tuple[str, ...],
+           backend_modules: tuple[str, ...], journal: Path) -> int:
+    """The exit status of a child that journals ``ops``' cells of ``device``: forked from
+    this process (which has imported op_db and the backends) where the device is the CPU or
+    faked, else a fresh interpreter (a real accelerator is not used across a fork)."""
+    if forked.can_fork() and (device == "cpu" or target_of(device).fake):
+        def main() -> int:
+            with open(os.devnull, "w") as quiet:
+                os.dup2(quiet.fileno(), 1)
+            journal_cells(device, ops, oplists, journal)
+            return 0
+        return forked.Forked([], main=main).wait()
+    return subprocess.run(
+        [sys.executable, "-m", "amp_conformance", "atlas", "--devices", device,
+         "--ops", ",".join(ops), "--cells", str(journal),
+         *[f"--backend-module={m}" for m in backend_modules],
+         *[f"--oplist={p}" for p in oplists]], stdout=subprocess.DEVNULL).returncode
 
 
 def _how(returncode: int) -> str:

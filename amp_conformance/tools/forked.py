@@ -1,25 +1,29 @@
 """Children forked from a process that has imported torch, pytest and the suite already:
 a child then costs its collection, not an interpreter's start and torch's import. Used by
-``run`` for its children and by ``selftest`` for its runs."""
+``run`` for its children, by ``selftest`` for its runs and by ``atlas`` for each device's
+cells."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 
 class Forked:
     """A child forked from this process, which has imported torch and the suite already:
     a restart then costs the child's collection, not an interpreter's start and torch's
-    import (2.3 s of 3.4 s here). It runs ``pytest.main`` in a session of its own, as the
-    subprocess would; what a process needs of the parent (no device touched, no thread
+    import (2.3 s of 3.4 s here). It runs ``pytest.main`` (or ``main``) in a session of its
+    own, as the subprocess would; what a process needs of the parent (no device touched, no thread
     started) holds for ``run``, which only reads reports."""
 
     def __init__(self, args: list[str], out: int | None = None, env: dict[str, str] | None = None,
-                 cwd: str | None = None):
+                 cwd: str | None = None, main: Callable[[], int] | None = None):
         self.returncode: int | None = None
+        sys.stdout.flush()  # what this process printed is printed once, not by the child too
+        sys.stderr.flush()
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
             code = 1
@@ -33,10 +37,13 @@ class Forked:
                 if env is not None:
                     os.environ.clear()
                     os.environ.update(env)
-                import pytest
+                if main is not None:  # a function of the caller's instead of pytest
+                    code = int(main())
+                else:
+                    import pytest
 
-                sys.argv = ["pytest", *args]
-                code = int(pytest.main(args))
+                    sys.argv = ["pytest", *args]
+                    code = int(pytest.main(args))
             except BaseException:  # noqa: BLE001 - whatever ends the child, it exits
                 import traceback
 
