@@ -27,8 +27,8 @@ def test_a_function_runs_in_a_child_and_its_status_comes_back(tmp_path):
 
 
 def test_a_child_killed_by_a_signal_says_which():
-    child = forked.Forked([], main=lambda: os.kill(os.getpid(), signal.SIGTERM) or 0)
-    assert child.wait() == -signal.SIGTERM
+    child = forked.Forked([], main=lambda: os.kill(os.getpid(), signal.SIGKILL) or 0)
+    assert child.wait() == -signal.SIGKILL
 
 
 def test_what_the_parent_had_not_flushed_is_printed_once():
