@@ -101,3 +101,25 @@ class TestForked:
         path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
         _, seen = _probe(tmp_path, env={"PYTHONPATH": path})
         assert seen["ppid"] == os.getpid() and seen["extra"] == "site"
+
+
+class _Ended:
+    """A worker whose zygote ended before it: its exit status is lost."""
+
+    def poll(self):
+        raise ChildProcessError("the zygote ended")
+
+
+class _Running:
+    def poll(self):
+        return None
+
+
+def test_a_worker_is_forked_from_a_zygote_no_running_worker_came_from():
+    from tests import zygote
+
+    pool = ["a", "b"]
+    assert zygote._free(pool, {}) == "a"
+    assert zygote._free(pool, {"a": _Running()}) == "b"
+    assert zygote._free(pool, {"a": _Running(), "b": _Ended()}) is None  # fresh, then
+    assert zygote._free(pool, {"a": _Running(), "b": _Running()}) is None

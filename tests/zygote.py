@@ -108,8 +108,11 @@ def _free(pool: list[str], serving: dict[str, Child]) -> str | None:
     """A zygote of ``pool`` none of whose workers still runs (its answer is the exit status)."""
     for path in pool:
         child = serving.get(path)
-        if child is None or child.poll() is not None:
-            return path
+        try:
+            if child is None or child.poll() is not None:
+                return path
+        except ChildProcessError:  # that zygote ended: not one to fork from
+            continue
     return None
 
 
@@ -143,6 +146,11 @@ def _fork_xdist_workers(path: str, started: dict[str, str], pool: list[str]) -> 
         request = {"code": args[3], "args": [], "env": env, "cwd": os.getcwd()}
         try:
             child = Child(server, request, (worker_in, worker_out, 2), list(args))
+        except OSError:  # the zygote is gone: a fresh worker, as without one
+            for fd in (to_worker, from_worker):
+                os.close(fd)
+            original(self, args, execmodel)
+            return
         finally:
             os.close(worker_in)
             os.close(worker_out)
