@@ -155,21 +155,23 @@ def run(args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] |
     return done
 
 
-def python_on_path(folder: Path) -> Path:
-    """``folder/python``: this interpreter for a shell's commands (a guide walked), its
-    ``python -m pytest`` and ``python -m amp_conformance`` forked from the zygote where
-    that is the same as a fresh one (:func:`tests.zygote.python`); ``sys.executable``
-    itself where nothing is forked."""
+def on_path(folder: Path) -> Path:
+    """The folder to put first on PATH for a shell's commands (a guide run as printed):
+    ``folder``, with a ``python`` and a ``pytest`` that are this interpreter's, their runs
+    (``python -m pytest``, ``python -m amp_conformance``, ``pytest``) forked from the zygote
+    where that is the same as a fresh one (:func:`tests.zygote.shell`); this interpreter's
+    own folder where nothing is forked."""
+    bin_folder = Path(sys.executable).parent
     forker = _forkable([sys.executable, "-m", "pytest"], dict(os.environ))
     if forker is None:
-        return Path(sys.executable)
+        return bin_folder
     started = {k: v for k, v in forker.env.items() if k.startswith(zygote.AT_IMPORT)}
-    shim = folder / "python"
-    shim.write_text(
-        f"#!{sys.executable} -IS\n"
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport zygote\n"
-        f"zygote.python({sys.executable!r}, {forker.path!r}, {forker.pool!r}, {started!r})\n",
-        encoding="utf-8")
-    shim.chmod(0o755)
-    return shim
-
+    for name, script in (("python", None), ("pytest", str(bin_folder / "pytest"))):
+        shim = folder / name
+        shim.write_text(
+            f"#!{sys.executable} -IS\n"
+            f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport zygote\n"
+            f"zygote.shell({sys.executable!r}, {script!r}, {forker.path!r}, {forker.pool!r}, "
+            f"{started!r})\n", encoding="utf-8")
+        shim.chmod(0o755)
+    return folder

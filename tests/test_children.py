@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,8 @@ PROBE = """
 import json, os, sys
 with open(os.environ["PROBE_OUT"] + os.environ.get("PYTEST_XDIST_WORKER", ""), "w") as f:
     json.dump({"pid": os.getpid(), "ppid": os.getppid(), "path0": sys.path[0], "cwd": os.getcwd(),
-               "extra": os.environ.get("PROBE_EXTRA"), "hash": hash("amp-conformance")}, f)
+               "extra": os.environ.get("PROBE_EXTRA"), "hash": hash("amp-conformance"),
+               "path": sys.path[:3]}, f)
 """
 
 
@@ -123,3 +125,29 @@ def test_a_worker_is_forked_from_a_zygote_no_running_worker_came_from():
     assert zygote._free(pool, {"a": _Running()}) == "b"
     assert zygote._free(pool, {"a": _Running(), "b": _Ended()}) is None  # fresh, then
     assert zygote._free(pool, {"a": _Running(), "b": _Running()}) is None
+
+
+@forks
+def test_a_shells_python_and_pytest_are_forked_where_a_fresh_one_would_be_the_same(tmp_path):
+    """tests/children.on_path: ``pytest`` forked as its console script runs (its folder
+    first on sys.path), ``python -m pytest`` as ``-m`` runs (the working folder first), any
+    other ``python`` the interpreter itself; each exits as the child did."""
+    (tmp_path / "bin").mkdir()
+    folder = children.on_path(tmp_path / "bin")
+    (tmp_path / "conftest.py").write_text(PROBE)
+    (tmp_path / "test_it.py").write_text("def test_it():\n    assert False\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PROBE_OUT": str(tmp_path / "probe.json"),
+           "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    seen = {}
+    for command in ("pytest -q -p no:cacheprovider", "python -m pytest -q -p no:cacheprovider"):
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout + done.stderr
+        seen[command.split()[0]] = json.loads((tmp_path / "probe.json").read_text())
+    assert seen["pytest"]["ppid"] == seen["python"]["ppid"] == children._zygote.process.pid
+    scripts = str(Path(sys.executable).parent)  # the console script's folder, as run fresh
+    assert scripts in seen["pytest"]["path"] and scripts not in seen["python"]["path"]
+    other = subprocess.run(["bash", "-c", "python -c 'import os, sys; print(sys.executable)'"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert other.stdout.strip() == sys.executable

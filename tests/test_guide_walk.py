@@ -58,7 +58,7 @@ def vendor_walk(tmp_path_factory) -> dict:
     folder under ``bash -u`` (a variable the guide names and nobody set stops it), its
     ``python`` this interpreter (forking its runs from the tests' zygote)."""
     folder = tmp_path_factory.mktemp("vendor-guide")
-    python = children.python_on_path(tmp_path_factory.mktemp("bin"))
+    python = children.on_path(tmp_path_factory.mktemp("bin")) / "python"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SHELLOPTS", "nounset")  # the walker's shell, as bash -u
         return {"walked": guide_walk.walk_vendor(folder, python=python), "work": folder / "work"}

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import children
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "library-guide.md"
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.S)
@@ -58,9 +60,12 @@ def _write_files(folder: Path, change: dict[str, tuple[str, str]] | None = None)
         path.write_text(body, encoding="utf-8")
 
 
-def _run(command: str, folder: Path) -> tuple[int, str, str]:
-    """Run ``command`` in ``folder``; its exit code, output and outcome summary."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+def _run(command: str, folder: Path, bin_folder: Path | None = None) -> tuple[int, str, str]:
+    """Run ``command`` in ``folder``, ``bin_folder`` (default: this interpreter's) first on
+    PATH; its exit code, output and outcome summary."""
+    first = os.pathsep.join(str(f) for f in dict.fromkeys([bin_folder or Path(sys.executable).parent,
+                                                           Path(sys.executable).parent]))
+    env = {**os.environ, "PATH": f"{first}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(["bash", "-c", f"{command} -p no:cacheprovider"], cwd=folder, env=env,
@@ -79,6 +84,12 @@ def guide_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def shell_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page's ``pytest``: this interpreter's, its runs forked from the tests' zygote."""
+    return children.on_path(tmp_path_factory.mktemp("bin"))
+
+
 def test_the_page_shows_every_shape_with_its_files_and_commands():
     files = [b.splitlines()[0] for b in _blocks("python") if b.startswith("# mylib/")]
     assert files[:2] == ["# mylib/__init__.py", "# mylib/amp_decl.py"]
@@ -92,8 +103,8 @@ def test_the_page_shows_every_shape_with_its_files_and_commands():
 @pytest.mark.slow
 @pytest.mark.parametrize("command,want,shown", COMMANDS,
                          ids=[f"command{i}" for i in range(len(COMMANDS))])
-def test_the_library_guide_runs_as_printed(guide_folder, command, want, shown):
-    code, out, summary = _run(command, guide_folder)
+def test_the_library_guide_runs_as_printed(guide_folder, shell_bin, command, want, shown):
+    code, out, summary = _run(command, guide_folder, shell_bin)
     assert summary == want, (want, out[-3000:])
     assert code == (1 if "failed" in want else 0), out[-3000:]
     flat = " ".join(out.split())
@@ -142,10 +153,10 @@ def _failed(out: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.slow
-def test_each_shape_fails_when_a_bug_is_planted_into_its_library(tmp_path):
+def test_each_shape_fails_when_a_bug_is_planted_into_its_library(tmp_path, shell_bin):
     _write_files(tmp_path, BUGS)
     code, out, _ = _run(f"pytest --pyargs amp_conformance --device cpu {_SHAPES} -k wrapper "
-                        "-rf", tmp_path)
+                        "-rf", tmp_path, shell_bin)
     assert code == 1
     assert _failed(out) == {w: checks for w, (checks, _) in CAUGHT.items()}, out[-3000:]
     for wrapper, (_, words) in CAUGHT.items():
@@ -166,13 +177,13 @@ WRAPPERS = [dataclasses.replace(CORRELATE, name="mylib.no_ending", ending=None),
 
 
 @pytest.mark.slow
-def test_each_island_fails_without_its_shape_declared(tmp_path):
+def test_each_island_fails_without_its_shape_declared(tmp_path, shell_bin):
     """What the page says of each island declared without its shape's field."""
     _write_files(tmp_path)
     (tmp_path / "mylib" / "undeclared_decl.py").write_text(UNDECLARED, encoding="utf-8")
     code, out, _ = _run("pytest --pyargs amp_conformance --device cpu --wrapper "
                         "mylib.undeclared_decl:WRAPPERS -k 'wrapper and (float32 or nesting)' "
-                        "-rf", tmp_path)
+                        "-rf", tmp_path, shell_bin)
     assert code == 1
     assert _failed(out) == dict.fromkeys(("mylib.no_ending", "mylib.no_before",
                                           "mylib.no_arguments"), {"float32", "nesting"}), \

@@ -162,20 +162,26 @@ def _fork_xdist_workers(path: str, started: dict[str, str], pool: list[str]) -> 
     gateway_io.Popen2IOMaster.__init__ = __init__
 
 
-def python(real: str, path: str, pool: list[str], started: dict[str, str]) -> NoReturn:
-    """``python`` for a shell (:func:`tests.children.python_on_path`): ``python -m pytest``
-    and ``python -m amp_conformance`` forked from the zygote at ``path`` where a fresh one
-    would be the same, anything else ``real`` itself; exits as the child did."""
+def shell(real: str, script: str | None, path: str, pool: list[str],
+          started: dict[str, str]) -> NoReturn:
+    """``python`` (``script`` None) or a console script of its (``pytest``) for a shell's
+    commands (:func:`tests.children.on_path`): forked from the zygote at ``path`` where a
+    fresh one would be the same (``python -m pytest`` and ``python -m amp_conformance``,
+    the script with any arguments), else ``real`` itself; exits as the child did."""
     args = sys.argv[1:]
-    module = (args[1], args[2:]) if len(args) > 1 and args[0] == "-m" else None
+    fresh = [real, *args] if script is None else [real, script, *args]
+    if script is not None:
+        request: dict[str, Any] | None = {"script": script, "args": args}
+    elif len(args) > 1 and args[0] == "-m" and args[1] in ("pytest", "amp_conformance"):
+        request = {"module": args[1], "args": args[2:]}
+    else:
+        request = None
     env = dict(os.environ)
-    if (module is None or module[0] not in ("pytest", "amp_conformance")
-            or env.get("AMP_CONFORMANCE_FORK") == "0" or not same_start(env, started)
-            or not os.path.exists(path)):
-        os.execv(real, [real, *args])
-    request = {"module": module[0], "args": module[1], "env": env, "cwd": os.getcwd(),
-               "pool": pool}
-    child = Child(path, request, (0, 1, 2), [real, *args])
+    if (request is None or env.get("AMP_CONFORMANCE_FORK") == "0"
+            or not same_start(env, started) or not os.path.exists(path)):
+        os.execv(real, fresh)
+    request.update(env=env, cwd=os.getcwd(), pool=pool)
+    child = Child(path, request, (0, 1, 2), fresh)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # to the child's session
         signal.signal(sig, lambda number, frame: child.send_signal(number))
     code = child.wait()
@@ -234,6 +240,15 @@ def _become(request: dict, fds: list[int], base: list[str], closing: list[socket
             main = types.ModuleType("__main__")
             sys.modules["__main__"] = main
             exec(compile(request["code"], "<string>", "exec"), main.__dict__)  # noqa: S102
+        elif "script" in request:  # a console script: its folder first on sys.path
+            script = request["script"]
+            sys.path[:] = [os.path.dirname(script), *extra, *base]
+            sys.argv = [script, *request["args"]]
+            sys.orig_argv = [sys.executable, script, *request["args"]]
+            _fork_xdist_workers(path, started, request.get("pool", []))
+            import runpy
+
+            runpy.run_path(script, run_name="__main__")
         else:
             sys.path[:] = [os.getcwd(), *extra, *base]
             sys.argv = ["-m", *request["args"]]
