@@ -151,3 +151,36 @@ def test_a_shells_python_and_pytest_are_forked_where_a_fresh_one_would_be_the_sa
     other = subprocess.run(["bash", "-c", "python -c 'import os, sys; print(sys.executable)'"],
                            env=env, capture_output=True, text=True, timeout=60)
     assert other.stdout.strip() == sys.executable
+
+
+def test_the_zygotes_code_is_what_a_child_would_compile_or_rewrite(tmp_path):
+    """Where no bytecode is written, a child takes its code from the zygote: what the
+    import system's compile and pytest's rewrite give for the same file, and a file that
+    changed since is compiled and rewritten again."""
+    from _pytest.assertion import rewrite
+
+    from amp_conformance.plugin import verdict
+    from tests import zygote
+
+    path = verdict.__file__
+    plain, rewritten = zygote.compiled([path])
+    data = Path(path).read_bytes()
+    assert plain[path][1] == compile(data, path, "exec", dont_inherit=True)
+    assert rewritten[path][1] == rewrite._rewrite_test(Path(path), None)[1]
+    calls = []
+    cached = zygote.cached_rewrite(rewritten, lambda fn, config: calls.append(fn) or ("h", "new"))
+    assert cached(Path(path), None)[1] is rewritten[path][1] and not calls
+    changed = tmp_path / "verdict.py"
+    changed.write_bytes(data + b"\n")
+    assert zygote.cached_rewrite({str(changed): rewritten[path]}, lambda fn, config: (
+        calls.append(fn) or ("h", "new")))(changed, None) == ("h", "new") and calls == [changed]
+    source_to_code = zygote.cached_compile(plain, lambda self, data, path, _optimize=-1: "new")
+    assert source_to_code(None, data, path) is plain[path][1]
+    assert source_to_code(None, data + b"\n", path) == "new"
+
+
+def test_a_rewrite_that_warns_is_left_to_the_child(tmp_path):
+    warns = tmp_path / "test_warns.py"
+    warns.write_text("def test_it():\n    assert (1, 'always true')\n")
+    plain, rewritten = __import__("tests.zygote", fromlist=["compiled"]).compiled([str(warns)])
+    assert str(warns) not in plain and str(warns) not in rewritten

@@ -15,8 +15,10 @@ A child is what ``python -m MODULE ARGS`` (or ``python -u -c CODE``) would be in
 folder and environment: its ``sys.path`` is rebuilt from both, its ``random`` reseeded, and
 it ends through the interpreter's own exit (atexit handlers run). Only torch is imported
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
-fresh process; a child is forked only where torch and the interpreter would read the same
-environment at their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
+fresh process; where no bytecode is written (PYTHONDONTWRITEBYTECODE), the checkout's
+modules are compiled, and rewritten as pytest rewrites them, once here for every child. A
+child is forked only where torch and the interpreter would read the same environment at
+their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
 forked too (execnet's popen gateway): each from a zygote of a pool, started fresh, so that
 workers hash with seeds of their own as fresh ones would.
 """
@@ -267,6 +269,93 @@ def _become(request: dict, fds: list[int], base: list[str], closing: list[socket
     raise SystemExit(code)
 
 
+#: the checkout's folders whose modules the children import from source
+SOURCES = ("amp_conformance", "examples", "tests/backends", "tests/faults")
+
+
+def cached_compile(cache: dict[str, tuple[bytes, Any]], original: Any) -> Any:
+    """``SourceLoader.source_to_code`` answering from ``cache`` (path -> (source, code)):
+    the code ``compile`` gives for the very same bytes and file name, else ``original``'s."""
+    def source_to_code(self, data, path, *, _optimize=-1):  # noqa: ANN001, ANN202
+        hit = cache.get(path)
+        if hit is not None and _optimize == -1 and hit[0] == data:
+            return hit[1]
+        return original(self, data, path, _optimize=_optimize)
+
+    return source_to_code
+
+
+def cached_rewrite(cache: dict[str, tuple[bytes, Any]], original: Any) -> Any:
+    """pytest's ``_rewrite_test`` answering from ``cache`` (path -> (source, rewritten
+    code)) where the file is unchanged and no assertion pass hook is asked for (the one
+    setting the rewrite reads), else ``original``'s."""
+    import importlib.util
+
+    def _rewrite_test(fn, config):  # noqa: ANN001, ANN202
+        hit = cache.get(str(fn))
+        if hit is not None and (config is None
+                                or not config.getini("enable_assertion_pass_hook")):
+            source = fn.read_bytes()
+            if source == hit[0]:
+                return importlib.util.source_hash(source), hit[1]
+        return original(fn, config)
+
+    return _rewrite_test
+
+
+def compiled(paths: list[str]) -> tuple[dict[str, tuple[bytes, Any]], dict[str, tuple[bytes, Any]]]:
+    """Each file's code as the import system compiles it, and as pytest rewrites and
+    compiles it (path -> (source, code)); where either warns, the file is left out of that
+    one, so that the child that compiles it warns."""
+    import ast
+    import warnings
+
+    from _pytest.assertion import rewrite
+
+    plain: dict[str, tuple[bytes, Any]] = {}
+    rewritten: dict[str, tuple[bytes, Any]] = {}
+    for path in paths:
+        with open(path, "rb") as source:
+            data = source.read()
+        try:
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                code = compile(data, path, "exec", dont_inherit=True)
+            if not said:
+                plain[path] = (data, code)
+            tree = ast.parse(data, filename=path)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                rewrite.rewrite_asserts(tree, data, path, None)
+                code = compile(tree, path, "exec", dont_inherit=True)
+            if not said:
+                rewritten[path] = (data, code)
+        except (SyntaxError, ValueError):
+            continue
+    return plain, rewritten
+
+
+def _compile_sources() -> None:
+    """Where no bytecode is written (PYTHONDONTWRITEBYTECODE), every child would compile
+    the checkout's modules from source and pytest rewrite the asserts of its plugin and
+    test modules: both are done once here (:func:`compiled`), and a child takes the code of
+    a file that has not changed from here."""
+    if not sys.dont_write_bytecode:
+        return
+    from importlib import _bootstrap_external as external
+
+    from _pytest.assertion import rewrite
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [os.path.join(where, name) for folder in SOURCES
+             for where, _, names in os.walk(os.path.join(root, folder))
+             for name in names if name.endswith(".py")]
+    plain, rewritten = compiled(paths)
+    external.SourceLoader.source_to_code = cached_compile(
+        plain, external.SourceLoader.source_to_code)
+    rewrite._rewrite_test = cached_rewrite(rewritten, rewrite._rewrite_test)
+
+
 def serve(path: str) -> None:
     import gc
     import importlib
@@ -279,6 +368,7 @@ def serve(path: str) -> None:
             continue
     if threading.active_count() != 1:  # native pools (OpenBLAS's) handle a fork themselves
         raise SystemExit("zygote: a Python thread was started while warming; not forking")
+    _compile_sources()
     gc.freeze()
     base = _base_path()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
