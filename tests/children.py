@@ -28,7 +28,7 @@ from typing import Any
 from tests import zygote
 
 #: the modules a child may run forked
-MODULES = ("pytest", "amp_conformance")
+MODULES = zygote.MODULES
 
 
 #: zygotes that fork only xdist workers, each started fresh and so hashing with a seed of

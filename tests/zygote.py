@@ -45,6 +45,8 @@ AT_IMPORT = ("PYTHON", "TORCH", "PYTORCH", "ATEN", "OMP", "KMP", "GOMP", "MKL", 
 #: folder of it with a sitecustomize module, run at the start, is never forked) and
 #: inductor's cache folder (which inductor itself sets in the test process on first use)
 AT_RUN = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
+#: the modules a child may run forked (``python -m MODULE``)
+MODULES = ("pytest", "amp_conformance")
 
 
 def same_start(env: dict[str, str], started: dict[str, str]) -> bool:
@@ -135,12 +137,10 @@ def _fork_xdist_workers(path: str, started: dict[str, str], pool: list[str]) -> 
 
     def __init__(self, args, execmodel) -> None:
         env = dict(os.environ)
-        if (list(args) != bootstrap or env.get("AMP_CONFORMANCE_FORK") == "0"
-                or not same_start(env, started)):
-            original(self, args, execmodel)
-            return
-        server = path if "PYTHONHASHSEED" in env else _free(pool, serving)
-        if server is None:
+        forkable = (list(args) == bootstrap and env.get("AMP_CONFORMANCE_FORK") != "0"
+                    and same_start(env, started))
+        server = forkable and (path if "PYTHONHASHSEED" in env else _free(pool, serving))
+        if not server:
             original(self, args, execmodel)
             return
         worker_in, to_worker = os.pipe()
@@ -174,7 +174,7 @@ def shell(real: str, script: str | None, path: str, pool: list[str],
     fresh = [real, *args] if script is None else [real, script, *args]
     if script is not None:
         request: dict[str, Any] | None = {"script": script, "args": args}
-    elif len(args) > 1 and args[0] == "-m" and args[1] in ("pytest", "amp_conformance"):
+    elif len(args) > 1 and args[0] == "-m" and args[1] in MODULES:
         request = {"module": args[1], "args": args[2:]}
     else:
         request = None
