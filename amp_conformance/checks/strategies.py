@@ -354,19 +354,24 @@ def nested(draw: Any, leaves: list, depth: int = 0) -> Any:
     return children if kind == "list" else tuple(children)
 
 
+@functools.cache  # built once per arguments: a strategy is costly to make
+def _payload_leaves(target: Target, cast_to: torch.dtype) -> tuple[st.SearchStrategy, ...]:
+    """The leaves of :func:`cast_payloads`: castable tensors, an ineligible tensor of the
+    device, one of the other device, an array, up to three more leaves of any kind."""
+    return (st.lists(castable_recipes(target, cast_to), min_size=1, max_size=2),
+            ineligible_recipes(target, cast_to, foreign=False),
+            ineligible_recipes(target, cast_to, foreign=True),
+            _arrays(),
+            st.lists(st.one_of(tensor_recipes(target), passthrough_leaves()), max_size=3))
+
+
 @st.composite
 def cast_payloads(draw: Any, target: Target, cast_to: torch.dtype) -> list:
     """One to three values holding, nested anywhere, at least one tensor ``cast_to`` must
     change, a float64/integer/bool tensor of the device, a floating tensor of the other
     device, a numpy array, an opaque object, and up to three more leaves of any kind:
     every example tests both that the cast happens and what it must leave alone."""
-    leaves = [
-        *draw(st.lists(castable_recipes(target, cast_to), min_size=1, max_size=2)),
-        draw(ineligible_recipes(target, cast_to, foreign=False)),
-        draw(ineligible_recipes(target, cast_to, foreign=True)),
-        draw(_arrays()),
-        Opaque(),
-        *draw(st.lists(st.one_of(tensor_recipes(target), passthrough_leaves()), max_size=3)),
-    ]
+    castable, own, foreign, arrays, more = _payload_leaves(target, cast_to)
+    leaves = [*draw(castable), draw(own), draw(foreign), draw(arrays), Opaque(), *draw(more)]
     leaves = list(draw(st.permutations(leaves)))
     return [draw(nested(group, 1)) for group in _split(draw, leaves, 3)]

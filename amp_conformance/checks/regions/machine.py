@@ -32,6 +32,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from amp_conformance.checks import strategies
 from amp_conformance.checks.regions.model import (
     DeviceState,
     ModelState,
@@ -147,16 +148,19 @@ def region_dtypes(target: Target, device: str) -> tuple[torch.dtype | None, ...]
 
 @functools.cache
 def regions(target: Target) -> st.SearchStrategy[Region]:
-    def for_device(device: str) -> st.SearchStrategy[Region]:
-        return st.builds(
+    """A region of one of the devices. Each device's strategy is made once: flatmap calls
+    its function at every draw, and a strategy made afresh is validated afresh."""
+    by_device = {
+        device: st.builds(
             Region,
             st.just(device),
             st.sampled_from(region_dtypes(target, device)),
             st.booleans(),
             st.sampled_from((None, True, False)),
         )
-
-    return st.sampled_from(region_devices(target)).flatmap(for_device)
+        for device in region_devices(target)
+    }
+    return st.sampled_from(tuple(by_device)).flatmap(by_device.__getitem__)
 
 
 def _step(fn: Callable) -> Callable:
@@ -400,7 +404,7 @@ class AutocastRegions(RuleBasedStateMachine):
     @_step
     def disabled_subregion(self, data: st.DataObject) -> None:
         """An enabled=False subregion turns autocast off inside; leaving it restores."""
-        device = data.draw(st.sampled_from(self.device_types), label="device")
+        device = data.draw(strategies.sampled(self.device_types), label="device")
         region = Region(device, None, False, None)
         inside, _ = self.model.entered(region)
         self.script += [f"with {self._source(region)}:",
