@@ -150,16 +150,10 @@ def region_dtypes(target: Target, device: str) -> tuple[torch.dtype | None, ...]
 def regions(target: Target) -> st.SearchStrategy[Region]:
     """A region of one of the devices. Each device's strategy is made once: flatmap calls
     its function at every draw, and a strategy made afresh is validated afresh."""
-    by_device = {
-        device: st.builds(
-            Region,
-            st.just(device),
-            st.sampled_from(region_dtypes(target, device)),
-            st.booleans(),
-            st.sampled_from((None, True, False)),
-        )
-        for device in region_devices(target)
-    }
+    by_device = {device: st.builds(Region, st.just(device),
+                                   st.sampled_from(region_dtypes(target, device)),
+                                   st.booleans(), st.sampled_from((None, True, False)))
+                 for device in region_devices(target)}
     return st.sampled_from(tuple(by_device)).flatmap(by_device.__getitem__)
 
 
