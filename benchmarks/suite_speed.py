@@ -23,8 +23,10 @@ machine and in many CI images) and how many rewritten files were cached.
 
 ``--against REV`` times the suite of git revision ``REV`` too (its ``amp_conformance`` and
 ``oplists``, put first on ``PYTHONPATH``), each run of it next to the same run of the working
-tree, and prints how much less time the working tree takes: a before and after taken in
-the same minutes of the same machine. Nothing is recorded with it.
+tree, and prints the ratio of the best runs and of each pair, in wall and in CPU time: a
+before and after taken in the same minutes of the same machine. A difference is shown only
+where every pair agrees on its direction; ``--against HEAD`` from a clean tree shows how far
+apart this machine's pairs fall with no change at all. Nothing is recorded with it.
 
 A figure is recorded only from a quiet machine: during every run the other processes took
 less than ``QUIET`` of its cores (the CPU time ``/proc/stat`` counts, less the runs' own),
@@ -107,9 +109,9 @@ def revision_tree(rev: str, folder: Path) -> str:
 
 
 def run(extra: list[str], workers: int | None, env: dict[str, str],
-        cold: bool = False) -> tuple[int, float, str, float | None]:
+        cold: bool = False) -> tuple[int, float, str, float | None, float]:
     """(items, wall seconds, pytest's last line, the share of the cores other processes
-    took meanwhile)."""
+    took meanwhile, the CPU seconds the run took)."""
     if cold:
         for cached in rewritten():
             cached.unlink(missing_ok=True)
@@ -128,10 +130,23 @@ def run(extra: list[str], workers: int | None, env: dict[str, str],
     items = sum(int(n) for n, _ in SUMMARY.findall(last))
     if proc.returncode not in (0, 1):
         raise SystemExit(f"pytest exited {proc.returncode}: {last}\n{proc.stderr[-2000:]}")
-    return items, wall, last, others
+    return items, wall, last, others, own_seconds() - own
 
 
-def unquiet(runs: dict[str, list[tuple[int, float, str, float | None]]]) -> list[str]:
+def paired(ratios: list[float]) -> str:
+    """What the ratios of paired runs (this tree's wall over the other's, run beside it)
+    show: a change shows only where every pair agrees on its direction."""
+    spread = f"pairs {min(ratios):.2f} to {max(ratios):.2f}"
+    if len(ratios) < 2:
+        return f"{spread}: one pair shows no difference (--repeat 2 or more)"
+    if max(ratios) < 1:
+        return f"{spread}: faster in every pair"
+    if min(ratios) > 1:
+        return f"{spread}: slower in every pair"
+    return f"{spread}: no difference shown (the pairs disagree)"
+
+
+def unquiet(runs: dict[str, list[tuple]]) -> list[str]:
     """Why these runs are no figure to record (empty: they are)."""
     why = []
     for label, done in runs.items():
@@ -199,7 +214,7 @@ def measure(args: argparse.Namespace, extra: list[str], trees: dict[str, dict[st
     modes = (("serial", None), ("-n 2", 2))
     # Alternated, so that a machine slowing down or speeding up during the runs weighs on
     # both modes (and both trees) alike; the best run of each is shown.
-    runs: dict[str, list[tuple[int, float, str, float | None]]] = {
+    runs: dict[str, list[tuple[int, float, str, float | None, float]]] = {
         label + tree: [] for label, _ in modes for tree in trees}
     for _ in range(args.repeat):
         for label, workers in modes:
@@ -207,7 +222,7 @@ def measure(args: argparse.Namespace, extra: list[str], trees: dict[str, dict[st
                 runs[label + tree].append(run(extra, workers, tree_env, args.cold))
     best = {}
     for label in runs:
-        items, wall, last, _ = min(runs[label], key=lambda r: r[1])
+        items, wall, last, *_ = min(runs[label], key=lambda r: r[1])
         best[label] = wall
         lines.append(f"{label:<{width}} {items:>6} {wall:>8.2f} {items / wall:>8.1f}  {last}")
         print(lines[-1])
@@ -217,8 +232,12 @@ def measure(args: argparse.Namespace, extra: list[str], trees: dict[str, dict[st
     for tree in trees:
         if tree:
             for label, _ in modes:
-                lines.append(f"{label}: {best[label] / best[label + tree]:.2f} of{tree}'s wall")
-                print(lines[-1])
+                for i, what in ((1, "wall"), (4, "CPU time")):
+                    pairs = [mine[i] / theirs[i] for mine, theirs
+                             in zip(runs[label], runs[label + tree], strict=True)]
+                    least = min(r[i] for r in runs[label]) / min(r[i] for r in runs[label + tree])
+                    lines.append(f"{label}: {least:.2f} of{tree}'s {what}; {paired(pairs)}")
+                    print(lines[-1])
     why = unquiet(runs)
     lines.append("quiet: " + ("yes (other processes under "
                               f"{QUIET:.0%} of the cores in every run, each mode's best two "
