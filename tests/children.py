@@ -50,7 +50,20 @@ class _Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, cwd=self.folder)
             for path in self.paths]
         self.process = self.processes[0]
-        self.ready = all([p.stdout.readline() == b"ready\n" for p in self.processes])
+        # the checkout's code compiled here once, while the zygotes import torch, for all
+        shared = os.path.join(self.folder, "compiled.marshal")
+        try:
+            line = (shared if zygote.write_compiled(shared) else "").encode() + b"\n"
+        except OSError:  # each zygote compiles for itself
+            line = b"\n"
+        try:
+            for process in self.processes:
+                process.stdin.write(line)
+                process.stdin.flush()
+        except OSError:  # a zygote that ended: none is used
+            self.ready = False
+        else:
+            self.ready = all([p.stdout.readline() == b"ready\n" for p in self.processes])
         atexit.register(self.close)
 
     def serves(self, env: dict[str, str]) -> bool:

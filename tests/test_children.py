@@ -179,6 +179,27 @@ def test_the_zygotes_code_is_what_a_child_would_compile_or_rewrite(tmp_path):
     assert source_to_code(None, data + b"\n", path) == "new"
 
 
+def test_the_test_process_compiles_once_for_its_zygotes(tmp_path, monkeypatch):
+    """The checkout's code is compiled by the test process and read by each zygote from
+    the file it names on the zygote's first line of input: the same code, compiled once."""
+    import marshal
+
+    from tests import zygote
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    shared = str(tmp_path / "compiled.marshal")
+    assert zygote.write_compiled(shared)
+    plain, rewritten = marshal.loads(Path(shared).read_bytes())
+    path = str(Path(zygote.__file__).parent.parent / "amp_conformance" / "plugin" / "verdict.py")
+    data = Path(path).read_bytes()
+    assert plain[path] == (data, compile(data, path, "exec", dont_inherit=True))
+    assert path in rewritten and not Path(shared + ".part").exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert not zygote.write_compiled(str(tmp_path / "none"))
+    if children._zygote is not None and children._zygote.ready and sys.flags.dont_write_bytecode:
+        assert os.path.exists(os.path.join(children._zygote.folder, "compiled.marshal"))
+
+
 def test_a_rewrite_that_warns_is_left_to_the_child(tmp_path):
     warns = tmp_path / "test_warns.py"
     warns.write_text("def test_it():\n    assert (1, 'always true')\n")

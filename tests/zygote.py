@@ -4,7 +4,8 @@ starts): each child then skips an interpreter's start and torch's import, which 
 of a small child's time.
 
 Run by :mod:`tests.children` as ``python tests/zygote.py SOCKET``; it serves until its
-standard input closes (the test process that started it ended). A request is one packet:
+standard input closes (the test process that started it ended), whose first line names the
+file of the checkout's code the test process compiled for it (below), or none. A request is one packet:
 the module and its arguments (or, for an xdist worker, the code of ``python -u -c``), the
 working directory and the environment, with the child's standard streams as passed
 descriptors. The answer is two packets: the child's pid, then its exit status as
@@ -16,7 +17,8 @@ folder and environment: its ``sys.path`` is rebuilt from both, its ``random`` re
 it ends through the interpreter's own exit (atexit handlers run). Only torch is imported
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
 fresh process; where no bytecode is written (PYTHONDONTWRITEBYTECODE), the checkout's
-modules are compiled, and rewritten as pytest rewrites them, once here for every child. A
+modules are compiled, and rewritten as pytest rewrites them, once by the test process for
+its zygotes, and every child takes them from its zygote. A
 child is forked only where torch and the interpreter would read the same environment at
 their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
 forked too (execnet's popen gateway): each from a zygote of a pool, started fresh, so that
@@ -335,25 +337,61 @@ def compiled(paths: list[str]) -> tuple[dict[str, tuple[bytes, Any]], dict[str, 
     return plain, rewritten
 
 
-def _compile_sources() -> None:
+def sources() -> list[str]:
+    """The files of :data:`SOURCES`."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [os.path.join(where, name) for folder in SOURCES
+            for where, _, names in os.walk(os.path.join(root, folder))
+            for name in names if name.endswith(".py")]
+
+
+def write_compiled(path: str) -> bool:
+    """:func:`compiled` of :func:`sources`, marshalled into ``path`` (whole or not at all),
+    for the zygotes of one test process to share; False where no bytecode is written."""
+    import marshal
+
+    if not sys.dont_write_bytecode:
+        return False
+    with open(path + ".part", "wb") as out:
+        out.write(marshal.dumps(compiled(sources())))
+    os.replace(path + ".part", path)
+    return True
+
+
+def _compile_sources(shared: str | None) -> None:
     """Where no bytecode is written (PYTHONDONTWRITEBYTECODE), every child would compile
     the checkout's modules from source and pytest rewrite the asserts of its plugin and
-    test modules: both are done once here (:func:`compiled`), and a child takes the code of
-    a file that has not changed from here."""
+    test modules: both are done once, by the test process for its zygotes (``shared``, the
+    file :func:`write_compiled` wrote) or here, and a child takes the code of a file that
+    has not changed from here."""
     if not sys.dont_write_bytecode:
         return
+    import marshal
     from importlib import _bootstrap_external as external
 
     from _pytest.assertion import rewrite
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [os.path.join(where, name) for folder in SOURCES
-             for where, _, names in os.walk(os.path.join(root, folder))
-             for name in names if name.endswith(".py")]
-    plain, rewritten = compiled(paths)
+    if shared is not None:
+        with open(shared, "rb") as data:
+            plain, rewritten = marshal.loads(data.read())
+    else:
+        plain, rewritten = compiled(sources())
     external.SourceLoader.source_to_code = cached_compile(
         plain, external.SourceLoader.source_to_code)
     rewrite._rewrite_test = cached_rewrite(rewritten, rewrite._rewrite_test)
+
+
+def _shared_compiled() -> str | None:
+    """The test process's first line on standard input: the file of the checkout's code it
+    compiled for its zygotes, or none (an empty line); the process ends with that of the
+    test process (end of input)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        more = os.read(sys.stdin.fileno(), 1)
+        if not more:
+            raise SystemExit(0)  # the test process ended
+        line += more
+    return line.decode().strip() or None
 
 
 def serve(path: str) -> None:
@@ -368,7 +406,7 @@ def serve(path: str) -> None:
             continue
     if threading.active_count() != 1:  # native pools (OpenBLAS's) handle a fork themselves
         raise SystemExit("zygote: a Python thread was started while warming; not forking")
-    _compile_sources()
+    _compile_sources(_shared_compiled())
     gc.freeze()
     base = _base_path()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
