@@ -185,16 +185,15 @@ def run_on_host(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
             return type(x)(up(v) for v in x)
         return x
 
-    schema = op._schema
+    writes, returns = _aliasing(op)
     written: dict[str, Any] = {}
     outs: dict[str, torch.Tensor] = {}
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = kwargs[arg.name] if arg.name in kwargs else (args[i] if i < len(args) else None)
-            for alias_set in arg.alias_info.before_set:
-                written[alias_set] = value
-            if arg.kwarg_only and _is_device_tensor(value):
-                outs[arg.name] = value
+    for i, name, kwarg_only, alias_sets in writes:
+        value = kwargs[name] if name in kwargs else (args[i] if i < len(args) else None)
+        for alias_set in alias_sets:
+            written[alias_set] = value
+        if kwarg_only and _is_device_tensor(value):
+            outs[name] = value
 
     host_args = down(args)
     host_kwargs = {k: down(v) for k, v in kwargs.items()}
@@ -214,18 +213,36 @@ def run_on_host(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
                 host_view(t).copy_(temps[name])
 
     def result(i: int, value: Any) -> Any:
-        info = schema.returns[i].alias_info
-        if info is not None and info.is_write:
-            for alias_set in info.before_set:
-                if alias_set in written:
-                    return written[alias_set]  # in-place / out=: the argument itself
+        for alias_set in returns[i]:
+            if alias_set in written:
+                return written[alias_set]  # in-place / out=: the argument itself
         return up(value)
 
-    if len(schema.returns) == 0:
+    if len(returns) == 0:
         return out
-    if len(schema.returns) == 1:
+    if len(returns) == 1:
         return result(0, out)
     return tuple(result(i, v) for i, v in enumerate(out))
+
+
+_aliases: dict[torch._ops.OpOverload, tuple[tuple, tuple[tuple[str, ...], ...]]] = {}
+
+
+def _aliasing(op: torch._ops.OpOverload) -> tuple[tuple, tuple[tuple[str, ...], ...]]:
+    """What ``op`` writes: (index, name, keyword-only, alias sets) of each argument it
+    writes, and the alias sets each return writes. Read once per op: each read of a
+    schema makes its Python objects afresh (a plain dict: dynamo, which traces this
+    kernel at a graph break, warns about a functools cache)."""
+    if op not in _aliases:
+        schema = op._schema
+        _aliases[op] = (
+            tuple((i, arg.name, arg.kwarg_only, tuple(arg.alias_info.before_set))
+                  for i, arg in enumerate(schema.arguments)
+                  if arg.alias_info is not None and arg.alias_info.is_write),
+            tuple(tuple(r.alias_info.before_set)
+                  if r.alias_info is not None and r.alias_info.is_write else ()
+                  for r in schema.returns))
+    return _aliases[op]
 
 
 def _resize_(op, self, size, memory_format=None):
