@@ -262,7 +262,11 @@ def record(path: Path, argv: list[str], lines: list[str], host: dict) -> None:
            "machine": host, "commit": guide_walk.commit(working_tree=True),
            "date": datetime.date.today().isoformat(), "output": lines}
     records = json.loads(path.read_text(encoding="utf-8"))["records"] if path.exists() else []
-    records = [r for r in records if r["command"] != new["command"]] + [new]
+    same = [i for i, r in enumerate(records) if r["command"] == new["command"]]
+    if same:  # in its place: the pages quote the file's first record
+        records[same[0]] = new
+    else:
+        records.append(new)
     path.write_text(json.dumps({"records": records}, indent=1) + "\n", encoding="utf-8")
     print(f"suite_speed: recorded in {path}")
 

@@ -32,3 +32,16 @@ def test_runs_on_a_busy_machine_or_far_apart_are_no_figure(suite_speed):
     apart = {"serial": [(10, 20.0, "", 0.01), (10, 23.0, "", 0.01)]}
     assert "the two best runs differ by 15%" in suite_speed.unquiet(apart)[0]
     assert "one run cannot show" in suite_speed.unquiet({"serial": [(10, 20.0, "", 0.0)]})[0]
+
+
+def test_a_record_replaces_the_one_of_the_same_command_in_its_place(suite_speed, tmp_path):
+    """The pages quote the file's first record: re-recording it keeps it first."""
+    import json
+
+    path = tmp_path / "speed.json"
+    host = {"cpu": "x"}
+    suite_speed.record(path, ["--repeat", "3"], ["first"], host)
+    suite_speed.record(path, ["--repeat", "3", "--cold"], ["second"], host)
+    suite_speed.record(path, ["--repeat", "3"], ["first again"], host)
+    records = json.loads(path.read_text())["records"]
+    assert [r["output"] for r in records] == [["first again"], ["second"]]
