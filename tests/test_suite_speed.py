@@ -4,6 +4,8 @@ machine, and a before/after (``--against``) shows a change only where every pair
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,35 @@ def test_a_record_replaces_the_one_of_the_same_command_in_its_place(suite_speed,
     suite_speed.record(path, ["--repeat", "3"], ["first again"], host)
     records = json.loads(path.read_text())["records"]
     assert [r["output"] for r in records] == [["first again"], ["second"]]
+
+
+@pytest.fixture
+def timeline(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("timeline")
+
+
+def test_the_timeline_shows_each_process_main_first(timeline):
+    row = {"items": 5, "cpu": 2.5, "marks": {"plugins": 1.8, "first item": 4.4, "end": 9.0}}
+    shown = timeline.table([{**row, "process": "gw1"}, {**row, "process": "main",
+                                                       "marks": {"plugins": 1.7}}], 9.5)
+    lines = shown.splitlines()
+    assert lines[0].split() == ["process", "plugins", "collected", "first", "item", "last",
+                                "item", "end", "CPU", "s", "items"]
+    assert lines[1].split() == ["main", "1.70", "-", "-", "-", "-", "2.50", "5"]
+    assert lines[2].split() == ["gw1", "1.80", "-", "4.40", "-", "9.00", "2.50", "5"]
+    assert lines[-1] == "wall 9.50 s (seconds from the command's start)"
+
+
+@pytest.mark.slow
+def test_the_timeline_of_a_real_run(tmp_path):
+    """Its plugin marks a real pytest run's process (a fresh interpreter: the tool's own)."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "timeline.py"), "--device", "cpu",
+                           "-k", "test_non_string_device_type"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    summary, *rows = done.stdout.splitlines()
+    main = next(row.split() for row in rows if row.startswith("main "))
+    plugins, collected, first, last, end = map(float, main[1:6])
+    assert 0 < plugins <= collected <= first <= last <= end
+    assert summary.startswith(f"{main[-1]} passed"), done.stdout
