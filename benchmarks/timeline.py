@@ -2,7 +2,7 @@
 
     python benchmarks/timeline.py [-n N] [--device cpu] [pytest args...]
 
-Runs ``pytest --pyargs amp_conformance.suite`` from an empty folder (as suite_speed.py does),
+Runs ``pytest --pyargs amp_conformance.suite`` from an empty folder (suite_speed.py's run),
 with this file's plugin in every process of the run: the main one (under ``-n``, the xdist
 controller) and each worker. Each process notes, in seconds from the command's start:
 - when it had loaded its plugins (``pytest_configure``);
@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,29 +78,24 @@ def table(rows: list[dict], wall: float) -> str:
 
 
 def main() -> int:
+    import suite_speed  # beside this file: its run of the suite, from an empty folder
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", dest="workers", type=int, default=None,
                         help="xdist workers (default: a serial run)")
     args, extra = parser.parse_known_args()
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "amp_conformance.suite", "-q",
-           "-p", "no:cacheprovider", "-p", "timeline", *extra]
-    if args.workers:
-        cmd += ["-n", str(args.workers)]
-    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as marks:
+    with tempfile.TemporaryDirectory() as marks:
         here = str(Path(__file__).resolve().parent)
         inherited = {k: v for k, v in os.environ.items()  # not a worker of a run it is in
                      if not k.startswith("PYTEST_XDIST_")}
         env = {**inherited, FOLDER: marks, START: repr(time.time()),
                "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=empty, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
+        _, wall, last, *_ = suite_speed.run([*extra, "-p", "timeline"], args.workers, env)
         rows = [json.loads(p.read_text()) for p in Path(marks).glob("*.json")]
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
     print(last)
-    if done.returncode not in (0, 1) or not rows:
-        print(f"timeline: pytest exited {done.returncode}; no marks to show", file=sys.stderr)
-        return done.returncode or 1
+    if not rows:
+        print("timeline: no process left its marks", file=sys.stderr)
+        return 1
     print(table(rows, wall))
     return 0
 

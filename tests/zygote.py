@@ -5,10 +5,10 @@ of a small child's time.
 
 Run by :mod:`tests.children` as ``python tests/zygote.py SOCKET``; it serves until its
 standard input closes (the test process that started it ended), whose first line names the
-file of the checkout's code the test process compiled for it (below), or none. A request is one packet:
-the module and its arguments (or, for an xdist worker, the code of ``python -u -c``), the
-working directory and the environment, with the child's standard streams as passed
-descriptors. The answer is two packets: the child's pid, then its exit status as
+file of the checkout's code the test process compiled for it (below), or none. A request
+is one packet: the module and its arguments (or, for an xdist worker, the code of
+``python -u -c``), the working directory and the environment, with the child's standard
+streams as passed descriptors. The answer is two packets: the child's pid, then its exit status as
 ``subprocess`` reports it (negative: the signal that ended it). :class:`Child` makes the
 request and shows the child as ``subprocess.Popen`` would.
 
@@ -18,11 +18,11 @@ it ends through the interpreter's own exit (atexit handlers run). Only torch is 
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
 fresh process; where no bytecode is written (PYTHONDONTWRITEBYTECODE), the checkout's
 modules are compiled, and rewritten as pytest rewrites them, once by the test process for
-its zygotes, and every child takes them from its zygote. A
-child is forked only where torch and the interpreter would read the same environment at
-their start (:func:`same_start`). A forked ``pytest`` has its xdist workers
-forked too (execnet's popen gateway): each from a zygote of a pool, started fresh, so that
-workers hash with seeds of their own as fresh ones would.
+its zygotes, and every child takes them from its zygote. A child is forked only where torch
+and the interpreter would read the same environment at their start (:func:`same_start`). A
+forked ``pytest`` has its xdist workers forked too (execnet's popen gateway): each from a
+zygote of a pool, started fresh, so that workers hash with seeds of their own as fresh ones
+would.
 """
 
 from __future__ import annotations
