@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from amp_conformance.plugin import items, processes
+from amp_conformance.plugin import heap, items, processes
 from tests import children
 
 SUITE = ("--pyargs", "amp_conformance.suite.test_oplist", "-k",
@@ -175,6 +175,62 @@ def test_otherwise_the_heap_is_left_as_it_is(exit_hooks, monkeypatch, why):
     for cleanup in cleanups:
         cleanup()
     assert processes.gc.calls == []
+
+
+@pytest.fixture
+def held(exit_hooks, monkeypatch):
+    """The heap torch's import left frozen (plugin/heap.py), held for a session."""
+    monkeypatch.setattr(processes, "gc", _Heap(frozen=300_000))
+    monkeypatch.setattr(heap, "gc", processes.gc)
+    monkeypatch.setattr(heap, "_HELD", [True])
+    return processes.gc
+
+
+def test_a_conformance_session_takes_the_heap_torchs_import_left(held):
+    session = _session(None, _Item(True))
+    cleanups = _cleanups(session.config)
+    processes.pytest_configure(session.config)
+    processes.pytest_collection_finish(session)
+    assert held.calls == ["freeze"] and heap._HELD == []
+    for cleanup in cleanups:
+        cleanup()
+    assert held.calls == ["freeze", "unfreeze"]
+
+
+@pytest.mark.parametrize("where", ["a run without conformance items", "an xdist controller"])
+def test_any_other_run_gets_its_heap_back(held, where):
+    if where == "an xdist controller":  # collects nothing; no conformance report came
+        session = SimpleNamespace(config=_config(option=SimpleNamespace(dist="load")))
+        cleanups = _cleanups(session.config)
+        processes.pytest_configure(session.config)
+        assert held.calls == []
+    else:
+        session = _session(None, _Item(False))
+        cleanups = _cleanups(session.config)
+        processes.pytest_configure(session.config)
+        processes.pytest_collection_finish(session)
+        assert held.calls == ["unfreeze"]
+    for cleanup in cleanups:
+        cleanup()
+    assert held.calls == ["unfreeze"] and heap._HELD == []
+
+
+def test_torchs_import_runs_without_the_collectors_passes_and_leaves_its_heap_frozen():
+    code = """
+import gc, sys
+from amp_conformance.plugin import heap
+passes = []
+gc.callbacks.append(lambda phase, info: passes.append(info["generation"]) if phase == "stop" else None)
+with heap.import_frozen():
+    import torch
+print(passes.count(2), gc.get_freeze_count() > 100_000, heap._HELD, gc.isenabled())
+with heap.import_frozen():  # torch is imported: nothing to do
+    import torch
+print(heap.take(), heap._HELD)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split("\n")[:2] == ["0 True [True] True", "True []"], done.stderr
 
 
 def test_the_xdist_controller_freezes_at_its_first_conformance_report(exit_hooks):

@@ -22,7 +22,8 @@ package is installed; other test suites' processes are left as they are).
   during which the collector made a full pass, the rest of the heap is collected and what
   is alive is frozen too, between items, so no item's own cycles are ever frozen while it
   runs. It is unfrozen when the session's cleanup ends, after pytest's check; a heap
-  someone else froze is left as it is.
+  someone else froze is left as it is, and the one torch's import left frozen
+  (``plugin/heap.py``) is taken as the session's own.
 - **Hypothesis, past assertion rewriting.** pytest rewrites the asserts of every module of a
   distribution that ships a pytest plugin, Hypothesis included: each process then compiles
   Hypothesis from source (0.8 s here, under ``PYTHONDONTWRITEBYTECODE``, against 0.13 s
@@ -57,6 +58,7 @@ import sys
 import pytest
 import torch
 
+from amp_conformance.plugin import heap
 from amp_conformance.plugin.items import has_conformance_items, info_of
 from amp_conformance.plugin.xdist_roles import is_worker, is_xdist_controller, worker_input
 
@@ -128,8 +130,9 @@ def _freeze(config: pytest.Config) -> None:
     if config.stash.get(_CONFORMANCE, False):
         return
     config.stash[_CONFORMANCE] = True
-    # Someone else's frozen heap is theirs to unfreeze; this session leaves it alone.
-    config.stash[_FROZEN] = gc.get_freeze_count() == 0
+    # Someone else's frozen heap is theirs to unfreeze; this session leaves it alone. The
+    # one torch's import left frozen (plugin/heap.py) is this session's.
+    config.stash[_FROZEN] = heap.take() or gc.get_freeze_count() == 0
     if config.stash[_FROZEN]:
         gc.freeze()
         refreeze = config.stash[_REFREEZE] = _Refreeze()
@@ -141,6 +144,7 @@ def _freeze(config: pytest.Config) -> None:
 
 
 def _unfreeze(config: pytest.Config) -> None:
+    heap.release()
     refreeze = config.stash.get(_REFREEZE, None)
     if refreeze is not None:
         gc.callbacks.remove(refreeze)
@@ -155,6 +159,7 @@ def _unfreeze(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not has_conformance_items(session.items):
+        heap.release()
         return
     _freeze(config)
     _quiet_trace(config)

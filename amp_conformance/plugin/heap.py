@@ -1,0 +1,52 @@
+"""torch's import, with the garbage collector paused and what it left frozen.
+
+In a fresh process the plugin's import is torch's first: the collector made three full
+passes over the growing heap meanwhile (0.15 s of a 1.1 s import) and more before the
+items were collected. Here it is paused for that import, and what the import left is
+frozen after it (:func:`gc.freeze`), held for the session: the one that collects
+conformance items takes it as its own frozen heap (``plugin/processes.py``); any other run
+is given it back, unfrozen, once its items are collected (an xdist controller: at its
+session's end). Not a pytest plugin (it has no hooks): the plugin's package imports it
+before torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+from collections.abc import Iterator
+
+#: holds True while the heap torch's import left is frozen and no session has taken it
+_HELD: list[bool] = []
+
+
+@contextlib.contextmanager
+def import_frozen() -> Iterator[None]:
+    """The block imports torch: the collector is paused for it and what it left is frozen
+    after it. Nothing is done where torch is imported already, the collector is off or
+    someone else froze the heap."""
+    if "torch" in sys.modules or not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+    gc.freeze()
+    _HELD.append(True)
+
+
+def take() -> bool:
+    """Whether the heap torch's import left is frozen and held: a session takes it (it
+    unfreezes the heap itself at its end)."""
+    held = bool(_HELD)
+    _HELD.clear()
+    return held
+
+
+def release() -> None:
+    """Give the collector back the heap torch's import left, where no session took it."""
+    if take():
+        gc.unfreeze()
