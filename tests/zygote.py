@@ -17,8 +17,9 @@ folder and environment: its ``sys.path`` is rebuilt from both, its ``random`` re
 it ends through the interpreter's own exit (atexit handlers run). Only torch is imported
 here, not pytest's plugins or the suite, so that pytest rewrites what it would rewrite in a
 fresh process; where no bytecode is written (PYTHONDONTWRITEBYTECODE), the checkout's
-modules are compiled, and rewritten as pytest rewrites them, once by the test process for
-its zygotes, and every child takes them from its zygote. A child is forked only where torch
+modules are compiled, and they and the pytest plugins' modules (pytest-xdist's, ...)
+rewritten as pytest rewrites them, once by the test process for its zygotes, and every
+child takes them from its zygote. A child is forked only where torch
 and the interpreter would read the same environment at their start (:func:`same_start`). A
 forked ``pytest`` has its xdist workers forked too (execnet's popen gateway): each from a
 zygote of a pool, started fresh, so that workers hash with seeds of their own as fresh ones
@@ -337,12 +338,44 @@ def compiled(paths: list[str]) -> tuple[dict[str, tuple[bytes, Any]], dict[str, 
     return plain, rewritten
 
 
+#: of the modules pytest rewrites, those a child imports past its rewriting (from bytecode:
+#: amp_conformance.plugin.processes.import_past_rewriting), left out of :func:`plugin_sources`
+PAST_REWRITING = ("hypothesis",)
+
+
+def plugin_sources() -> list[str]:
+    """The files of the modules pytest rewrites in every child, as it finds them: those of
+    the installed distributions that register a pytest plugin (pytest-xdist's, ...), less
+    :data:`PAST_REWRITING`."""
+    import importlib.metadata
+    import importlib.util
+
+    from _pytest.config import _iter_rewritable_modules
+
+    files = []
+    for dist in importlib.metadata.distributions():
+        if not any(ep.group == "pytest11" for ep in dist.entry_points):
+            continue
+        for name in _iter_rewritable_modules([str(f) for f in dist.files or ()]):
+            spec = None if name in PAST_REWRITING else importlib.util.find_spec(name)
+            if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+                continue
+            if spec.submodule_search_locations:  # a package: every file of it
+                files += [os.path.join(where, file) for folder in spec.submodule_search_locations
+                          for where, _, names in os.walk(folder)
+                          for file in names if file.endswith(".py")]
+            else:
+                files.append(spec.origin)
+    return files
+
+
 def sources() -> list[str]:
-    """The files of :data:`SOURCES`."""
+    """The files of :data:`SOURCES`, then :func:`plugin_sources` (each file once)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return [os.path.join(where, name) for folder in SOURCES
-            for where, _, names in os.walk(os.path.join(root, folder))
-            for name in names if name.endswith(".py")]
+    own = [os.path.join(where, name) for folder in SOURCES
+           for where, _, names in os.walk(os.path.join(root, folder))
+           for name in names if name.endswith(".py")]
+    return list(dict.fromkeys(own + plugin_sources()))
 
 
 def write_compiled(path: str) -> bool:
@@ -361,9 +394,9 @@ def write_compiled(path: str) -> bool:
 def _compile_sources(shared: str | None) -> None:
     """Where no bytecode is written (PYTHONDONTWRITEBYTECODE), every child would compile
     the checkout's modules from source and pytest rewrite the asserts of its plugin and
-    test modules: both are done once, by the test process for its zygotes (``shared``, the
-    file :func:`write_compiled` wrote) or here, and a child takes the code of a file that
-    has not changed from here."""
+    test modules and of the other plugins' (:func:`sources`): both are done once, by the
+    test process for its zygotes (``shared``, the file :func:`write_compiled` wrote) or
+    here, and a child takes the code of a file that has not changed from here."""
     if not sys.dont_write_bytecode:
         return
     import marshal
