@@ -1,8 +1,8 @@
 """torch's import, with the garbage collector paused and what it left frozen.
 
-In a fresh process the plugin's import is torch's first: the collector made three full
-passes over the growing heap meanwhile (0.15 s of a 1.1 s import) and more before the
-items were collected. Here it is paused for that import, and what the import left is
+In a fresh process the plugin's import is torch's first: the collector walked the growing
+heap several times meanwhile, and again in young passes until the items were collected.
+Here it is paused for that import, and what the import left is
 frozen after it (:func:`gc.freeze`), held for the session: the one that collects
 conformance items takes it as its own frozen heap (``plugin/processes.py``); any other run
 is given it back, unfrozen, once its items are collected (an xdist controller: at its
