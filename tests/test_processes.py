@@ -226,7 +226,7 @@ with heap.import_frozen():
 print(passes.count(2), gc.get_freeze_count() > 100_000, heap._HELD, gc.isenabled())
 with heap.import_frozen():  # torch is imported: nothing to do
     import torch
-print(heap.take(), heap._HELD)
+print(heap.claim(), heap._HELD)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

@@ -38,8 +38,8 @@ def import_frozen() -> Iterator[None]:
     _HELD.append(True)
 
 
-def take() -> bool:
-    """Whether the heap torch's import left is frozen and held: a session takes it (it
+def claim() -> bool:
+    """Whether the heap torch's import left is frozen and held: a session claims it (it
     unfreezes the heap itself at its end)."""
     held = bool(_HELD)
     _HELD.clear()
@@ -48,5 +48,5 @@ def take() -> bool:
 
 def release() -> None:
     """Give the collector back the heap torch's import left, where no session took it."""
-    if take():
+    if claim():
         gc.unfreeze()

@@ -132,7 +132,7 @@ def _freeze(config: pytest.Config) -> None:
     config.stash[_CONFORMANCE] = True
     # Someone else's frozen heap is theirs to unfreeze; this session leaves it alone. The
     # one torch's import left frozen (plugin/heap.py) is this session's.
-    config.stash[_FROZEN] = heap.take() or gc.get_freeze_count() == 0
+    config.stash[_FROZEN] = heap.claim() or gc.get_freeze_count() == 0
     if config.stash[_FROZEN]:
         gc.freeze()
         refreeze = config.stash[_REFREEZE] = _Refreeze()
