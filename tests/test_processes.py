@@ -182,7 +182,7 @@ def held(exit_hooks, monkeypatch):
     """The heap torch's import left frozen (plugin/heap.py), held for a session."""
     monkeypatch.setattr(processes, "gc", _Heap(frozen=300_000))
     monkeypatch.setattr(heap, "gc", processes.gc)
-    monkeypatch.setattr(heap, "_HELD", [True])
+    monkeypatch.setattr(heap, "_HELD", [os.getpid()])
     return processes.gc
 
 
@@ -215,22 +215,33 @@ def test_any_other_run_gets_its_heap_back(held, where):
     assert held.calls == ["unfreeze"] and heap._HELD == []
 
 
+def test_a_forked_process_leaves_the_heap_its_parent_froze_alone(held, monkeypatch):
+    monkeypatch.setattr(heap, "_HELD", [os.getpid() + 1])
+    session = _session(None, _Item(True))
+    cleanups = _cleanups(session.config)
+    processes.pytest_configure(session.config)
+    processes.pytest_collection_finish(session)
+    for cleanup in cleanups:
+        cleanup()
+    assert held.calls == [] and heap._HELD == []
+
+
 def test_torchs_import_runs_without_the_collectors_passes_and_leaves_its_heap_frozen():
     code = """
-import gc, sys
+import gc, os, sys
 from amp_conformance.plugin import heap
 passes = []
 gc.callbacks.append(lambda phase, info: passes.append(info["generation"]) if phase == "stop" else None)
 with heap.import_frozen():
     import torch
-print(passes.count(2), gc.get_freeze_count() > 100_000, heap._HELD, gc.isenabled())
+print(passes.count(2), gc.get_freeze_count() > 100_000, heap._HELD == [os.getpid()], gc.isenabled())
 with heap.import_frozen():  # torch is imported: nothing to do
     import torch
 print(heap.claim(), heap._HELD)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
-    assert done.stdout.split("\n")[:2] == ["0 True [True] True", "True []"], done.stderr
+    assert done.stdout.split("\n")[:2] == ["0 True True True", "True []"], done.stderr
 
 
 def test_the_xdist_controller_freezes_at_its_first_conformance_report(exit_hooks):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 from collections.abc import Iterator
 
-#: holds True while the heap torch's import left is frozen and no session has taken it
-_HELD: list[bool] = []
+#: the process that froze the heap torch's import left, while no session has claimed it
+#: (a process forked from it did not freeze it: that heap is someone else's there)
+_HELD: list[int] = []
 
 
 @contextlib.contextmanager
@@ -35,13 +37,13 @@ def import_frozen() -> Iterator[None]:
     finally:
         gc.enable()
     gc.freeze()
-    _HELD.append(True)
+    _HELD.append(os.getpid())
 
 
 def claim() -> bool:
     """Whether the heap torch's import left is frozen and held: a session claims it (it
     unfreezes the heap itself at its end)."""
-    held = bool(_HELD)
+    held = _HELD == [os.getpid()]
     _HELD.clear()
     return held
 
