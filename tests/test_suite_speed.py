@@ -79,3 +79,43 @@ def test_the_timeline_of_a_real_run(tmp_path):
     plugins, collected, first, last, end = map(float, main[1:6])
     assert 0 < plugins <= collected <= first <= last <= end
     assert summary.startswith(f"{main[-1]} passed"), done.stdout
+
+
+@pytest.fixture
+def tests_cpu(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("tests_cpu")
+
+
+def test_the_cpu_table_shows_the_costliest_files_then_tests(tests_cpu):
+    rows = [["tests/a.py::t1", 2.0, 1.0], ["tests/b.py::t2", 1.0, 5.0], ["tests/a.py::t3", 1.0, 3.0]]
+    lines = tests_cpu.summary(rows, top=2).splitlines()
+    assert [line.split() for line in lines[1:3]] == [["5.0", "1.0", "tests/b.py"],
+                                                      ["4.0", "3.0", "tests/a.py"]]
+    assert [line.split()[-1] for line in lines[4:]] == ["tests/b.py::t2", "tests/a.py::t3"]
+
+
+BUSY = """
+import subprocess, sys
+
+def test_idle():
+    pass
+
+def test_a_child_that_computes():
+    subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
+                    "while time.process_time() - t < 0.5: pass"], check=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_cpu_a_test_spent_in_its_child_is_its_own(tmp_path):
+    """A real run: the CPU of a child the test waited for is counted on the test."""
+    (tmp_path / "test_busy.py").write_text(BUSY, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "tests_cpu.py"), str(tmp_path),
+                           "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    rows = {line.split()[-1].rsplit("::", 1)[-1]: float(line.split()[0])
+            for line in done.stdout.splitlines() if "::test_" in line}
+    assert rows["test_a_child_that_computes"] >= 0.45 > rows["test_idle"], done.stdout
+    assert "within its 2 tests" in done.stdout
