@@ -2,12 +2,11 @@
 
 In a fresh process the plugin's import is torch's first: the collector walked the growing
 heap several times meanwhile, and again in young passes until the items were collected.
-Here it is paused for that import, and what the import left is
-frozen after it (:func:`gc.freeze`), held for the session: the one that collects
-conformance items takes it as its own frozen heap (``plugin/processes.py``); any other run
-is given it back, unfrozen, once its items are collected (an xdist controller: at its
-session's end). Not a pytest plugin (it has no hooks): the plugin's package imports it
-before torch.
+Here it is paused for that import, and what the import left is frozen after it
+(:func:`gc.freeze`) and held: the session that collects conformance items claims it as its
+own frozen heap (``plugin/processes.py``); any other run is given it back, unfrozen, once
+its items are collected (an xdist controller: at its session's end). Not a pytest plugin
+(it has no hooks): the plugin's package imports it before torch.
 """
 
 from __future__ import annotations
@@ -49,6 +48,6 @@ def claim() -> bool:
 
 
 def release() -> None:
-    """Give the collector back the heap torch's import left, where no session took it."""
+    """Give the collector back the heap torch's import left, where no session claimed it."""
     if claim():
         gc.unfreeze()

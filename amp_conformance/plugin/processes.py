@@ -23,7 +23,7 @@ package is installed; other test suites' processes are left as they are).
   is alive is frozen too, between items, so no item's own cycles are ever frozen while it
   runs. It is unfrozen when the session's cleanup ends, after pytest's check; a heap
   someone else froze is left as it is, and the one torch's import left frozen
-  (``plugin/heap.py``) is taken as the session's own.
+  (``plugin/heap.py``) is claimed as the session's own.
 - **Hypothesis, past assertion rewriting.** pytest rewrites the asserts of every module of a
   distribution that ships a pytest plugin, Hypothesis included: each process then compiles
   Hypothesis from source (0.8 s here, under ``PYTHONDONTWRITEBYTECODE``, against 0.13 s
