@@ -186,7 +186,7 @@ def held(exit_hooks, monkeypatch):
     return processes.gc
 
 
-def test_a_conformance_session_takes_the_heap_torchs_import_left(held):
+def test_a_conformance_session_claims_the_heap_torchs_import_left(held):
     session = _session(None, _Item(True))
     cleanups = _cleanups(session.config)
     processes.pytest_configure(session.config)
