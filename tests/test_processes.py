@@ -128,11 +128,18 @@ def _cleanups(config) -> list:
     return config.cleanups
 
 
-def test_a_conformance_session_freezes_the_heap_until_its_cleanup(exit_hooks):
-    session = _session(None, _Item(True))
+def _collected(conformance: bool) -> tuple[SimpleNamespace, list]:
+    """A serial session configured and collected (conformance items or not), and the
+    cleanups it registered."""
+    session = _session(None, _Item(conformance))
     cleanups = _cleanups(session.config)
     processes.pytest_configure(session.config)
     processes.pytest_collection_finish(session)
+    return session, cleanups
+
+
+def test_a_conformance_session_freezes_the_heap_until_its_cleanup(exit_hooks):
+    session, cleanups = _collected(True)
     processes.pytest_collection_finish(session)  # once per session
     assert processes.gc.calls == ["freeze"]
     for cleanup in cleanups:
@@ -144,10 +151,7 @@ def test_a_conformance_session_freezes_the_heap_until_its_cleanup(exit_hooks):
 def test_after_an_item_with_a_full_pass_the_grown_heap_is_collected_and_frozen(exit_hooks):
     """Between items, and only after one during which the collector walked the whole heap:
     the pass the plugin makes itself there is not counted as another."""
-    session = _session(None, _Item(True))
-    cleanups = _cleanups(session.config)
-    processes.pytest_configure(session.config)
-    processes.pytest_collection_finish(session)
+    session, cleanups = _collected(True)
     (refreeze,) = session.config.pluginmanager.registered
     refreeze.pytest_runtest_logfinish("a", None)
     assert processes.gc.calls == ["freeze"]
@@ -168,10 +172,7 @@ def test_after_an_item_with_a_full_pass_the_grown_heap_is_collected_and_frozen(e
 def test_otherwise_the_heap_is_left_as_it_is(exit_hooks, monkeypatch, why):
     if why == "someone else froze the heap":
         monkeypatch.setattr(processes, "gc", _Heap(frozen=1000))
-    session = _session(None, _Item(why != "no conformance item"))
-    cleanups = _cleanups(session.config)
-    processes.pytest_configure(session.config)
-    processes.pytest_collection_finish(session)
+    _, cleanups = _collected(why != "no conformance item")
     for cleanup in cleanups:
         cleanup()
     assert processes.gc.calls == []
@@ -187,10 +188,7 @@ def held(exit_hooks, monkeypatch):
 
 
 def test_a_conformance_session_claims_the_heap_torchs_import_left(held):
-    session = _session(None, _Item(True))
-    cleanups = _cleanups(session.config)
-    processes.pytest_configure(session.config)
-    processes.pytest_collection_finish(session)
+    _, cleanups = _collected(True)
     assert held.calls == ["freeze"] and heap._HELD == []
     for cleanup in cleanups:
         cleanup()
@@ -205,10 +203,7 @@ def test_any_other_run_gets_its_heap_back(held, where):
         processes.pytest_configure(session.config)
         assert held.calls == []
     else:
-        session = _session(None, _Item(False))
-        cleanups = _cleanups(session.config)
-        processes.pytest_configure(session.config)
-        processes.pytest_collection_finish(session)
+        _, cleanups = _collected(False)
         assert held.calls == ["unfreeze"]
     for cleanup in cleanups:
         cleanup()
@@ -217,10 +212,7 @@ def test_any_other_run_gets_its_heap_back(held, where):
 
 def test_a_forked_process_leaves_the_heap_its_parent_froze_alone(held, monkeypatch):
     monkeypatch.setattr(heap, "_HELD", [os.getpid() + 1])
-    session = _session(None, _Item(True))
-    cleanups = _cleanups(session.config)
-    processes.pytest_configure(session.config)
-    processes.pytest_collection_finish(session)
+    _, cleanups = _collected(True)
     for cleanup in cleanups:
         cleanup()
     assert held.calls == [] and heap._HELD == []
