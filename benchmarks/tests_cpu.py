@@ -100,15 +100,13 @@ def summary(rows: list[list], top: int) -> str:
 
 
 def main() -> int:
+    import timeline  # beside this file: the environment of a run with a plugin of it
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=25, help="files and tests shown (25)")
     args, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as rows_folder:
-        here = str(Path(__file__).resolve().parent)
-        inherited = {k: v for k, v in os.environ.items()  # not a worker of a run it is in
-                     if not k.startswith("PYTEST_XDIST_")}
-        env = {**inherited, FOLDER: rows_folder,
-               "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+        env = timeline.beside(**{FOLDER: rows_folder})
         before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "pytest", *(extra or README_COMMAND),
                                "-p", "tests_cpu"], cwd=ROOT, env=env, text=True,

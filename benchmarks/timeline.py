@@ -77,6 +77,15 @@ def table(rows: list[dict], wall: float) -> str:
     return "\n".join(lines)
 
 
+def beside(**variables: str) -> dict[str, str]:
+    """This environment for a run with a plugin of this folder (``-p NAME``): the folder first
+    on PYTHONPATH, no variable of an xdist run this one may be inside of, and ``variables``."""
+    here = str(Path(__file__).resolve().parent)
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    return {**inherited, **variables,
+            "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+
+
 def main() -> int:
     import suite_speed  # beside this file: its run of the suite, from an empty folder
 
@@ -85,11 +94,7 @@ def main() -> int:
                         help="xdist workers (default: a serial run)")
     args, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as marks:
-        here = str(Path(__file__).resolve().parent)
-        inherited = {k: v for k, v in os.environ.items()  # not a worker of a run it is in
-                     if not k.startswith("PYTEST_XDIST_")}
-        env = {**inherited, FOLDER: marks, START: repr(time.time()),
-               "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+        env = beside(**{FOLDER: marks, START: repr(time.time())})
         _, wall, last, *_ = suite_speed.run([*extra, "-p", "timeline"], args.workers, env)
         rows = [json.loads(p.read_text()) for p in Path(marks).glob("*.json")]
     print(last)
