@@ -19,8 +19,8 @@ here, not pytest's plugins or the suite, so that pytest rewrites what it would r
 fresh process; where no bytecode is written (PYTHONDONTWRITEBYTECODE), the checkout's
 modules are compiled, and they and the pytest plugins' modules (pytest-xdist's, ...)
 rewritten as pytest rewrites them, once by the test process for its zygotes, and every
-child takes them from its zygote. A child is forked only where torch
-and the interpreter would read the same environment at their start (:func:`same_start`). A
+child takes them from its zygote. A child is forked only where torch and the interpreter
+would read the same environment at their start (:func:`same_start`). A
 forked ``pytest`` has its xdist workers forked too (execnet's popen gateway): each from a
 zygote of a pool, started fresh, so that workers hash with seeds of their own as fresh ones
 would.
@@ -361,20 +361,22 @@ def plugin_sources() -> list[str]:
             if spec is None or not spec.origin or not spec.origin.endswith(".py"):
                 continue
             if spec.submodule_search_locations:  # a package: every file of it
-                files += [os.path.join(where, file) for folder in spec.submodule_search_locations
-                          for where, _, names in os.walk(folder)
-                          for file in names if file.endswith(".py")]
+                files += [f for folder in spec.submodule_search_locations
+                          for f in _python_files(folder)]
             else:
                 files.append(spec.origin)
     return files
 
 
+def _python_files(folder: str) -> list[str]:
+    return [os.path.join(where, name) for where, _, names in os.walk(folder)
+            for name in names if name.endswith(".py")]
+
+
 def sources() -> list[str]:
     """The files of :data:`SOURCES`, then :func:`plugin_sources` (each file once)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    own = [os.path.join(where, name) for folder in SOURCES
-           for where, _, names in os.walk(os.path.join(root, folder))
-           for name in names if name.endswith(".py")]
+    own = [f for folder in SOURCES for f in _python_files(os.path.join(root, folder))]
     return list(dict.fromkeys(own + plugin_sources()))
 
 
