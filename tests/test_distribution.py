@@ -41,9 +41,15 @@ def test_per_device_checks_come_first_whole_and_the_op_list_checks_spread_after(
     regions, compiled = _items("regions", regions=3), _items("compile_regions", compile=2)
     items = [*_items(slow=2, cheap=4)[:3], *compiled, *_items(slow=2, cheap=4)[3:], *regions]
     order = [i.nodeid for i in distribution.order(items)]
-    assert order == ["t.py::compile[0]", "t.py::compile[1]", "t.py::regions[0]",
-                     "t.py::regions[1]", "t.py::regions[2]", "t.py::cheap[0]", "t.py::slow[0]",
+    assert order == ["t.py::regions[0]", "t.py::regions[1]", "t.py::regions[2]",
+                     "t.py::compile[0]", "t.py::compile[1]", "t.py::cheap[0]", "t.py::slow[0]",
                      "t.py::cheap[1]", "t.py::cheap[2]", "t.py::slow[1]", "t.py::cheap[3]"]
+
+
+def test_the_per_device_functions_with_most_items_come_first_ties_in_file_order():
+    items = [*_items("gradscaler", one=1, three=3), *_items("regions", two=2, other=2)]
+    order = [i.nodeid.partition("[")[0] for i in distribution.order(items)]
+    assert order == ["t.py::three"] * 3 + ["t.py::two"] * 2 + ["t.py::other"] * 2 + ["t.py::one"]
 
 
 def test_each_group_is_spread_evenly_over_the_run():

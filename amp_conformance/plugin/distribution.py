@@ -14,14 +14,16 @@ slow ones, and one worker ended long after the other.
 
 So under those two schedulers every worker orders its items the same way: first the items
 of the checks made per device and amp dtype (not per op-list entry), each test function's
-items together, in file order, so that xdist's first runs give each function to as few
-workers as its items fill; then the op-list checks' items, the ``k`` items of each test
-function at the fractions ``(j + 1/2) / k`` of that part, ties broken by where the function
-first appeared: one entry's checks sit side by side (they call the same kernels), and the
-last items, the cheapest, level the workers' ends. The order depends on the collected items
-alone, so every worker collects the same one (xdist requires it); ids, counts and the
-report (sorted by node id) are unchanged, and a serial run, or another scheduler's, keeps
-file order.
+items together, so that xdist's first runs give each function to as few workers as its
+items fill, the functions with the most items first (a stand-in for the longest: in file
+order the first run of one worker held the compile-region items and most of the other
+per-device checks, and it ended seconds after the other); then the op-list checks' items,
+the ``k`` items of each test function at the fractions ``(j + 1/2) / k`` of that part, ties
+broken by where the function first appeared: one entry's checks sit side by side (they call
+the same kernels), and the last items, the cheapest, level the workers' ends. The order
+depends on the collected items alone, so every worker collects the same one (xdist requires
+it); ids, counts and the report (sorted by node id) are unchanged, and a serial run, or
+another scheduler's, keeps file order.
 
 Not where an item uses a fixture scoped to its module, class or package (a vendor's
 ``conftest.py`` may add one): reordered items would set it up again and again.
@@ -67,9 +69,15 @@ def per_entry(item: pytest.Item) -> bool:
 
 
 def order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The checks made per device first, each test function's items together in file
-    order; the op-list checks' items after them, spread."""
-    return [i for i in items if not per_entry(i)] + spread([i for i in items if per_entry(i)])
+    """The checks made per device first, each test function's items together, the
+    functions with the most items first; the op-list checks' items after them, spread."""
+    groups: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        if not per_entry(item):
+            groups.setdefault(group_of(item), []).append(item)
+    largest_first = sorted(groups.values(), key=len, reverse=True)
+    return [i for group in largest_first for i in group] + spread(
+        [i for i in items if per_entry(i)])
 
 
 def shares_a_scoped_fixture(item: pytest.Item) -> bool:
