@@ -50,13 +50,18 @@ def group_of(item: pytest.Item) -> tuple[str, str]:
     return str(getattr(item, "path", "")), item.nodeid.partition("[")[0]
 
 
+def groups(items: list[pytest.Item]) -> list[list[pytest.Item]]:
+    """``items`` by test function (:func:`group_of`), in order of first appearance."""
+    by_function: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        by_function.setdefault(group_of(item), []).append(item)
+    return list(by_function.values())
+
+
 def spread(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with each group's members at evenly spaced fractions of the run."""
-    groups: dict[tuple[str, str], list[pytest.Item]] = {}
-    for item in items:
-        groups.setdefault(group_of(item), []).append(item)
     placed = [((j + 0.5) / len(members), first, j, item)
-              for first, members in enumerate(groups.values())
+              for first, members in enumerate(groups(items))
               for j, item in enumerate(members)]
     placed.sort(key=lambda p: p[:3])
     return [p[3] for p in placed]
@@ -71,13 +76,11 @@ def per_entry(item: pytest.Item) -> bool:
 def order(items: list[pytest.Item]) -> list[pytest.Item]:
     """The checks made per device first, each test function's items together, the
     functions with the most items first; the op-list checks' items after them, spread."""
-    groups: dict[tuple[str, str], list[pytest.Item]] = {}
-    for item in items:
-        if not per_entry(item):
-            groups.setdefault(group_of(item), []).append(item)
-    largest_first = sorted(groups.values(), key=len, reverse=True)
+    entries = {id(i) for i in items if per_entry(i)}
+    per_device = groups([i for i in items if id(i) not in entries])
+    largest_first = sorted(per_device, key=len, reverse=True)
     return [i for group in largest_first for i in group] + spread(
-        [i for i in items if per_entry(i)])
+        [i for i in items if id(i) in entries])
 
 
 def shares_a_scoped_fixture(item: pytest.Item) -> bool:
