@@ -234,14 +234,25 @@ def test_an_entry_excused_by_its_own_departure_is_still_held_to_autocast(monkeyp
     assert "against the same transformed call on inputs cast by hand" in said, said
 
 
-def test_an_excused_entry_is_recorded_with_its_evidence():
-    """On the reference, the LSTM under torch.func.grad departs without autocast too (its
-    oneDNN backward): excused, the entry and its evidence recorded on the item."""
+def test_an_excused_entry_is_recorded_with_its_evidence(monkeypatch):
+    """A transform whose values depart without autocast too (scaled, with autocast and
+    without) excuses the entries that keep their policy under it (mm among them), each with
+    its evidence recorded on the item. The departure is made here, not taken from the host's
+    kernels: the reference's own excused entries depend on the CPU's path."""
+    real = torch.func.vmap
+
+    def scaled(fn, **kwargs):
+        def run(*args):
+            return real(fn, **kwargs)(*args) * 1.5
+        return run
+    monkeypatch.setattr(torch.func, "vmap", scaled)
     recorded = []
     check.check_transform(CPU, torch.bfloat16, "vmap", "torch_16",
                           record=lambda *kv: recorded.append(kv))
     (excuse,) = [v for k, v in recorded if k == "amp_excuse"]
     assert excuse["mechanism"] == "transform limit"
+    assert any(e.startswith("mm: departs without autocast too") for e in excuse["evidence"]), \
+        excuse["evidence"]
     assert all(": " in e and "without autocast too" in e for e in excuse["evidence"])
 
 
