@@ -12,7 +12,9 @@ needs a host above AVX2 (AVX-512). A test depends on the path where
   an xfail's reason included), or
 - it reads the CPU's capability (``torch.backends.cpu.get_cpu_capability``) while it runs:
   what it compares is chosen by the path (a record kept per capability), so it may pass on
-  both today and still go stale on one.
+  both today and still go stale on one. Reads that only word the capability (the report's
+  account of the machine, a hardware probe's skip reason: :data:`WORDING`) do not count;
+  what such a probe decides shows in the outcomes.
 
 The tests of the shipped suite (``amp_conformance/suite``) are not listed: every one of
 them calls the CPU's kernels, and ``.ci/run``'s AVX2 pass runs it whole. ``--write`` puts
@@ -39,8 +41,8 @@ FOLDER = "AMP_CPU_PATHS_DIR"
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "tests" / "cpu-paths.txt"
 SUITE = "amp_conformance/suite/"
-#: the report's account of the machine reads the capability to print it, not to choose
-REPORT = ROOT / "amp_conformance" / "plugin" / "report"
+#: the code that reads the capability to word it, not to choose what a test compares
+WORDING = ("amp_conformance/plugin/report/", "amp_conformance/core/hardware.py")
 README_COMMAND = ("-n", "2", "-q", "-p", "no:randomly")
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 #: the worst outcome of a test's phases wins
@@ -48,7 +50,8 @@ RANK = ("passed", "xpassed", "skipped", "xfailed", "failed")
 
 _running: set[str] = set()
 _rows: dict[str, dict] = {}
-_reads = [0]
+#: the files that read the capability during the test running now
+_readers: set[str] = set()
 
 
 def pytest_configure() -> None:
@@ -60,8 +63,9 @@ def pytest_configure() -> None:
     capability = torch.backends.cpu.get_cpu_capability
 
     def counted() -> str:
-        if not sys._getframe(1).f_code.co_filename.startswith(str(REPORT)):
-            _reads[0] += 1
+        caller = Path(sys._getframe(1).f_code.co_filename)
+        _readers.add(caller.relative_to(ROOT).as_posix() if caller.is_relative_to(ROOT)
+                     else str(caller))
         return capability()
     torch.backends.cpu.get_cpu_capability = counted
 
@@ -71,12 +75,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if not os.environ.get(FOLDER):
         return (yield)
     _running.add(item.nodeid)
-    reads = _reads[0]
+    _readers.clear()
     try:
         return (yield)
     finally:
         _rows.setdefault(item.nodeid, {"outcome": "passed", "reason": ""})["reads"] = \
-            _reads[0] > reads
+            sorted(_readers)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -138,8 +142,9 @@ def depends(host: dict[str, dict], avx2: dict[str, dict]) -> dict[str, str]:
             found[nodeid] = "ran on one path only"
         elif (one["outcome"], _plain(one["reason"])) != (two["outcome"], _plain(two["reason"])):
             found[nodeid] = f"{_said(one)} on the host's path, {_said(two)} on AVX2"
-        elif one["reads"] or two["reads"]:
-            found[nodeid] = "reads the CPU's capability"
+        elif any(not r.startswith(WORDING) for r in one["reads"] + two["reads"]):
+            readers = [r for r in one["reads"] + two["reads"] if not r.startswith(WORDING)]
+            found[nodeid] = f"reads the CPU's capability ({', '.join(sorted(set(readers)))})"
     return found
 
 

@@ -10,7 +10,7 @@ import pytest
 from tests import children
 
 ROOT = Path(__file__).resolve().parents[1]
-PASSED = {"outcome": "passed", "reason": "", "reads": False}
+PASSED = {"outcome": "passed", "reason": "", "reads": []}
 
 
 def _row(**fields):
@@ -25,15 +25,19 @@ def cpu_paths(monkeypatch):
 
 def test_a_test_depends_on_the_path_where_its_outcome_differs_or_it_reads_the_capability(
         cpu_paths):
+    """Not where it only words the capability: the report, a probe's skip reason ("h")."""
     host = {"a": _row(), "b": _row(), "c": _row(outcome="skipped", reason="no LSTM (AVX512)"),
-            "d": _row(reads=True), "e": _row(), "f": _row(outcome="xfailed", reason="one")}
+            "d": _row(reads=["amp_conformance/tools/guide_walk.py"]), "e": _row(),
+            "f": _row(outcome="xfailed", reason="one"),
+            "h": _row(reads=["amp_conformance/plugin/report/judged.py",
+                             "amp_conformance/core/hardware.py"])}
     avx2 = {"a": _row(), "b": _row(outcome="skipped", reason="no primitive"),
             "c": _row(outcome="skipped", reason="no LSTM (AVX2)"), "d": _row(), "g": _row(),
-            "f": _row(outcome="xfailed", reason="another")}
+            "f": _row(outcome="xfailed", reason="another"), "h": _row()}
     found = cpu_paths.depends(host, avx2)
     assert list(found) == ["b", "d", "e", "f", "g"], found
     assert found["b"] == "passed on the host's path, skipped (no primitive) on AVX2"
-    assert found["d"] == "reads the CPU's capability"
+    assert found["d"] == "reads the CPU's capability (amp_conformance/tools/guide_walk.py)"
     assert found["e"] == found["g"] == "ran on one path only"
 
 
