@@ -15,7 +15,8 @@ from tests import children
 
 pytest.importorskip("expecttest", reason="the OpInfo tier needs expecttest (pip install -e '.[dev]')")
 
-from amp_conformance.checks.opinfo import calls, check, forms, judge, reference, source  # noqa: E402
+from amp_conformance.checks import reference  # noqa: E402
+from amp_conformance.checks.opinfo import calls, check, forms, judge, source  # noqa: E402
 from amp_conformance.checks.opinfo.report import markdown, operator_surface  # noqa: E402
 from amp_conformance.checks.registry import mutants  # noqa: E402
 from amp_conformance.core.errors import ConformanceFailure  # noqa: E402
@@ -280,7 +281,7 @@ def test_declared_incomparable_forms_are_judged_by_dtypes_on_their_device_alone(
     """An [[incomparable]] scoped to a device type and to non-contiguous forms (embedding's
     renorm on CUDA) spares those forms' values there, and no other form's."""
     from amp_conformance.checks.opinfo import calls, judge, source
-    from amp_conformance.checks.opinfo.reference import policy_table
+    from amp_conformance.checks.reference import policy_table
     from amp_conformance.core.target import Target
 
     def op(x):  # another value inside autocast: a departure wherever values are compared

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.opinfo import check, judge, source
-from amp_conformance.checks.opinfo.reference import policy_table
+from amp_conformance.checks.reference import policy_table
 from amp_conformance.core import devices
 from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.target import Target, fake_supported

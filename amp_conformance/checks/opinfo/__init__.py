@@ -12,11 +12,12 @@ argument form it has, and holds each to the policy:
 - ``calls``: the calls judged: the chosen samples in float32 and amp-dtype builds, each
   with its non-contiguous twin, and the method, in-place and ``out=`` variants; each run on
   its own copy of the sample; a reproduction that runs as pasted.
-- ``reference``: the reference autocast. The device's op lists say each policy overload's
-  cast (observed once: which overload each entry enters); a Python kernel above every
-  Autocast key casts exactly there, with autocast off. The same call through it is the
-  hand-cast control, for a policy op, a composite that reaches policy ops, and an op that
-  reaches none (then it casts nothing: the control is eager).
+- ``checks/reference.py`` (shared with the modules family): the reference autocast. The
+  device's op lists say each policy overload's cast (observed once: which overload each
+  entry enters); a Python kernel above every Autocast key casts exactly there, with
+  autocast off. The same call through it is the hand-cast control, for a policy op, a
+  composite that reaches policy ops, and an op that reaches none (then it casts nothing:
+  the control is eager).
 - ``judge``: one sample form, run under the device's autocast (observed) and through the
   reference; what it was (policy op, composite, left alone) and how it ended (agrees,
   capability, reference defect, not applicable, failed).

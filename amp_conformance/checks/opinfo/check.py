@@ -19,7 +19,7 @@ import torch
 
 from amp_conformance.checks import defects
 from amp_conformance.checks.opinfo import calls, judge, source
-from amp_conformance.checks.opinfo.reference import policy_table
+from amp_conformance.checks.reference import policy_table
 from amp_conformance.core import devices
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target

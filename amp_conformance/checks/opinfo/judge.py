@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.opinfo import calls, source
-from amp_conformance.checks.opinfo.reference import PolicyTable, ReferenceBanned, casting
+from amp_conformance.checks.reference import PolicyTable, ReferenceBanned, casting
 from amp_conformance.core import devices
 from amp_conformance.core.casting import output_dtypes, settle
 from amp_conformance.core.compare import compare, compare_meta

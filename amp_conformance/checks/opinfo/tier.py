@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from amp_conformance.checks.opinfo import reference, report, source
+from amp_conformance.checks import reference
+from amp_conformance.checks.opinfo import report, source
 from amp_conformance.checks.opinfo.check import CHECK, OpinfoCase
 from amp_conformance.checks.tier import Run, Tier
 

@@ -10,7 +10,8 @@ to the call's arguments and runs the op below it. With autocast off and the key 
 (:func:`casting`), any call runs exactly as the declared policy says autocast should run
 it: a policy op is cast at its own overload, a composite op at the policy ops its
 decomposition reaches, an op that reaches none is not cast at all. That run is the
-hand-cast control of every OpInfo sample.
+hand-cast control of every OpInfo sample (the ``opinfo`` tier) and of every module's
+computation (the ``modules`` family).
 
 Where an overload is entered directly by an entry (the overload's name is the entry's op)
 that entry's policy wins over one whose call reaches it on the way (``cross_entropy``
