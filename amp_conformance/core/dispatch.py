@@ -186,6 +186,29 @@ def unfence() -> None:
     _release_unused()
 
 
+@contextlib.contextmanager
+def calls_of(overloads: Sequence[str]) -> Iterator[list[str]]:
+    """Every call of ``overloads`` made inside the block (this thread), in call order,
+    whether or not autocast is on: which path a module took (its fused kernel, or not)."""
+    seen: list[str] = []
+
+    def note(name: str, args: tuple, kwargs: dict) -> None:
+        seen.append(name)
+
+    fence(overloads, note)
+    try:
+        with torch._C._IncludeDispatchKeyGuard(OBSERVER_KEY):
+            yield seen
+    finally:
+        for name in overloads:
+            checks = _FENCES.get(name, [])
+            if note in checks:
+                checks.remove(note)
+            if not checks:
+                _FENCES.pop(name, None)
+        _release_unused()
+
+
 def fenced() -> contextlib.AbstractContextManager[Any]:
     """The fences hold inside the block (in its thread, and autograd's for its backward)."""
     if not _FENCES:

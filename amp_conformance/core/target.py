@@ -129,3 +129,15 @@ FAKE_AUTOGRAD = ("not applicable in --fake mode: autograd on fake {device} tenso
 def fake_autograd_reason(target: Target) -> str | None:
     """The skip reason for a check that needs autograd, or None on a real device."""
     return FAKE_AUTOGRAD.format(device=target.device) if target.fake else None
+
+
+#: what a fake device's missing runtime says: an op that calls into the absent device's
+#: runtime, or a kernel with no Meta implementation (a CUDA build without a GPU takes the
+#: fused-cell path, which has none)
+FAKE_RUNTIME = ("not compiled with", "not linked with support", "An unexpected device type",
+                "no fake impl or Meta kernel registered", "Found no NVIDIA driver")
+
+
+def fake_runtime(target: Target, error: BaseException) -> bool:
+    """Whether ``error`` is the fake device's missing runtime, not the call's own."""
+    return target.fake and any(text in str(error) for text in FAKE_RUNTIME)

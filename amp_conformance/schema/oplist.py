@@ -353,7 +353,7 @@ def read_file(path: Path | str) -> tuple[dict, list[Entry]]:
 MESSAGES_FILE = "messages.toml"
 #: shipped TOML files that are not op lists: the messages, the reference defects and the
 #: OpInfo tier's departures (schema.departures)
-NOT_OPLISTS = (MESSAGES_FILE, "defects.toml", "opinfo.toml", "transforms.toml")
+NOT_OPLISTS = (MESSAGES_FILE, "defects.toml", "opinfo.toml", "transforms.toml", "modules.toml")
 
 
 def builtin_files() -> list[Path]:

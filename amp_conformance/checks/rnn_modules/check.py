@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from amp_conformance.core import hardware
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable
-from amp_conformance.core.target import Target
+from amp_conformance.core.target import Target, fake_runtime
 from amp_conformance.schema import messages
 
 AMP, FP32 = "amp", "float32"
@@ -172,11 +172,6 @@ def not_applicable(target: Target, dtype: torch.dtype, row: RnnRow) -> str | Non
     return None
 
 
-_FAKE_RUNTIME = ("not compiled with", "not linked with support", "An unexpected device type",
-                 # a CUDA build without a GPU takes the fused-cell path, which has no Meta kernel
-                 "no fake impl or Meta kernel registered", "Found no NVIDIA driver")
-
-
 def run_forward(target: Target, dtype: torch.dtype, row: RnnRow) -> tuple:
     """The module, its input and outputs of one forward under autocast. Raises
     NotApplicable where the row cannot run here; on a fake target, also where an op
@@ -191,7 +186,7 @@ def run_forward(target: Target, dtype: torch.dtype, row: RnnRow) -> tuple:
             with target.autocast(dtype):
                 return module, x, module(inp)
     except (RuntimeError, AssertionError, NotImplementedError) as exc:  # _lazy_init asserts
-        if target.fake and any(text in str(exc) for text in _FAKE_RUNTIME):
+        if fake_runtime(target, exc):
             raise NotApplicable(f"not applicable in --fake mode: {row.mode} on fake {target.device} "
                                 f"takes a path fake tensors cannot run on this torch build "
                                 f"(the device's runtime or a kernel without a Meta "

@@ -112,6 +112,9 @@ def item_info(item: pytest.Item) -> dict[str, Any]:
     opinfo = params.get("opinfo_case")
     if opinfo is not None:  # the OpInfo tier (checks/opinfo): the report's operator surface
         info.update(amp_dtype=devices.dtype_name(opinfo.amp_dtype), op=opinfo.ref.id)
+    module = params.get("module_case") or params.get("module_db_case")
+    if module is not None:  # the modules family (checks/modules): a module, not an op
+        info.update(amp_dtype=devices.dtype_name(module.amp_dtype), entry=module.name)
     wrapper = params.get("amp_wrapper_case")
     if wrapper is not None:  # the wrapper tier (checks/wrappers): the report's Wrappers section
         w = wrapper.wrapper
