@@ -1,0 +1,92 @@
+"""The higher_order_ops family (checks/higher_order_ops): a HOP that loses autocast, eagerly
+or compiled, fails naming the HOP, its API and the backend; every HOP of the running torch
+is run or declared internal; a HOP's own limit is proven outside autocast before it is
+excused."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from amp_conformance.checks import registry
+from amp_conformance.checks.higher_order_ops import check, hops
+from amp_conformance.core.errors import ConformanceFailure, NotApplicable
+from tests.mutants import CPU, mutant
+
+CATALOGUE = registry.mutants()
+
+
+@pytest.mark.parametrize("name", [m for m, x in CATALOGUE.items()
+                                  if x.family == "higher_order_ops"])
+def test_every_mutant_of_the_family_is_caught_naming_what_broke(name):
+    m = CATALOGUE[name]
+    _, backend, hop = m.select.split(" and ")[1].split("-", 2)
+    with mutant(name), pytest.raises(ConformanceFailure) as info:
+        check.check(check.by_name(hop), CPU, torch.bfloat16, backend)
+    for text in m.expected_texts:
+        assert text in str(info.value), str(info.value)
+    check.check(check.by_name(hop), CPU, torch.bfloat16, backend)  # undone: it passes
+
+
+def test_the_compiled_mutant_leaves_the_uncompiled_hop_alone():
+    with mutant("hop-cond-compiled-drops-region"):
+        check.check(check.by_name("cond"), CPU, torch.bfloat16, check.UNCOMPILED)
+
+
+def test_a_hop_new_in_a_release_is_uncovered_until_it_is_run_or_declared():
+    from torch._ops import _higher_order_ops
+
+    class NewHop(torch._ops.HigherOrderOperator):
+        def __call__(self, *args):
+            return super().__call__(*args)
+
+    new = NewHop("amp_conformance_test_hop")
+    try:
+        assert check.uncovered() == {new._name: "no scenario and no reason it has none"}
+        with pytest.raises(ConformanceFailure, match="amp_conformance_test_hop"):
+            check.check_coverage()
+    finally:
+        del _higher_order_ops[new._name]
+    check.check_coverage()
+
+
+def test_every_declared_hop_is_one_this_torch_or_an_older_one_has():
+    """A name in the tables that no release registers is a typo, not a HOP."""
+    here = set(hops.registered())
+    declared = {h.name for h in hops.HOPS} | set(hops.INTERNAL)
+    assert {h.name for h in hops.HOPS} <= here
+    assert len(declared - here) <= 2, sorted(declared - here)  # the triton wrappers: no triton
+
+
+def test_a_hop_that_raises_outside_autocast_too_is_not_applicable_and_one_inside_only_fails():
+    def raising(message, inside_only):
+        def call(env, inputs):
+            def run():
+                if torch.is_autocast_enabled("cpu") or not inside_only:
+                    raise RuntimeError(message)
+                return torch.mm(inputs.x, inputs.w)
+            return run
+        return dataclasses.replace(check.by_name("wrap"), call=call)
+    with pytest.raises(NotApplicable, match="raises outside autocast too: RuntimeError: no "
+                                            "kernel here"):
+        check.check(raising("no kernel here", False), CPU, torch.bfloat16, check.UNCOMPILED)
+    with pytest.raises(ConformanceFailure, match="it raises RuntimeError: only inside, the "
+                                                 "computation without it runs"):
+        check.check(raising("only inside", True), CPU, torch.bfloat16, check.UNCOMPILED)
+
+
+def test_an_api_after_the_running_release_is_not_applicable():
+    future = dataclasses.replace(check.by_name("scan"), since="99.0")
+    assert "came in torch 99.0" in check.not_applicable(future, CPU, "aot_eager")
+    assert check.not_applicable(check.by_name("scan"), CPU, "aot_eager") is None
+
+
+def test_a_region_left_changed_by_the_hop_fails(monkeypatch):
+    def leaky(env, inputs):
+        def run():
+            torch.set_autocast_dtype("cpu", torch.float16)
+            return hops.body(env, inputs.w, inputs.x)
+        return run
+    hop = dataclasses.replace(check.by_name("wrap"), call=leaky)
+    with pytest.raises(ConformanceFailure, match="the autocast state after the call differs"):
+        check.check(hop, CPU, torch.bfloat16, check.UNCOMPILED)
