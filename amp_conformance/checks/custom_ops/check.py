@@ -87,9 +87,8 @@ def _registered(route: Route, target: Target, amp_dtype: torch.dtype
     except ops.Refused as exc:
         raise ConformanceFailure(
             f"{_where(route, target, amp_dtype)}: torch refused to register the rule for "
-            f"{target.device!r}: {describe_error(exc.__cause__)} (torch 2.13 registers one "
-            "for every device type torch.autocast supports; releases before pytorch PR "
-            "#183689 refused all but cpu and cuda)") from exc.__cause__
+            f"{target.device!r}: {describe_error(exc.__cause__)} (from torch 2.13 on it "
+            "registers one for every device type torch.autocast supports)") from exc.__cause__
 
 
 def _call(op: ops.Op, args: tuple, what: str) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 
 from amp_conformance.core import devices
 from amp_conformance.core.casting import hand_cast
+from amp_conformance.schema.versions import release
 
 #: the op's arguments: the two it multiplies, then a float64, an integer and an optional
 #: tensor of another device
@@ -160,23 +161,42 @@ def _refusal(register: Callable[[], object]) -> None:
         raise Refused() from exc
 
 
+#: register_autocast came in torch 2.7 for cpu and cuda (pytorch#145588), and took every
+#: device type torch.autocast supports in 2.13 (pytorch#183689; 2.12.1 still refuses xpu)
+REGISTER_AUTOCAST = {"cpu": "2.7", "cuda": "2.7", None: "2.13"}
+
+
 @dataclass(frozen=True)
 class Route:
     """One way to give the op a rule: ``name`` (the item's id), ``how`` (the call, for
-    messages) and ``register(stack, qualname, device, dtype)`` -> the op to call."""
+    messages), ``register(stack, qualname, device, dtype)`` -> the op to call, and the first
+    release with its API per device type (``since``; None: every other device)."""
 
     name: str
     how: str
     register: Callable[[contextlib.ExitStack, str, str, torch.dtype], Op]
+    since: dict[str | None, str] | None = None
+
+    def version_gap(self, device: str, version: str | None = None) -> str | None:
+        """Why the running torch (or ``version``) has no such route for ``device``, or None."""
+        if self.since is None:
+            return None
+        first = self.since.get(device, self.since[None])
+        if release(version) < first:
+            return (f"not applicable: {self.how.split('(')[0]} takes device type {device!r} "
+                    f"from torch {first} on (pytorch#145588, #183689), this is "
+                    f"{release(version)}")
+        return None
 
 
 ROUTES: tuple[Route, ...] = (
     Route("register_autocast", "torch.library.register_autocast(op, device, cast) on a "
-          "torch.library.custom_op", _by_function),
+          "torch.library.custom_op", _by_function, since=REGISTER_AUTOCAST),
     Route("CustomOpDef.register_autocast", "op.register_autocast(device, cast) on a "
-          "torch.library.custom_op", _by_method),
+          "torch.library.custom_op", _by_method, since=REGISTER_AUTOCAST),
     Route("register_autocast.library_op", "torch.library.register_autocast(qualname, device, "
-          "cast, lib=...) on an op defined with torch.library.Library", _on_library_op),
+          "cast, lib=...) on an op defined with torch.library.Library", _on_library_op,
+          since=REGISTER_AUTOCAST),
     Route("Library.impl", "an Autocast<Device> kernel registered with "
           "torch.library.Library.impl on a torch.library.custom_op", _by_kernel),
 )
