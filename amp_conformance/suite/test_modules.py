@@ -2,7 +2,7 @@
 
 ``test_modules``: each module of ``oplists/modules.toml`` in every mode, inside the
 device's autocast, against its computation through the reference autocast.
-``test_modules_db``: opt-in (``--amp-modules``), every input of a ModuleInfo of module_db.
+``test_modules_db``: opt-in (``--amp-modules``), a ModuleInfo of module_db, its first inputs.
 """
 
 import pytest
@@ -27,5 +27,5 @@ def test_modules(module_case, record_property):
 
 @pytest.mark.amp_check("modules_db")
 def test_modules_db(module_db_case, record_property):
-    """The same for every input module_db makes of a ModuleInfo."""
+    """The same for the inputs module_db makes of a ModuleInfo."""
     _check(module_db_case, record_property)

@@ -13,8 +13,9 @@ its values to the autocast dtype's precision (bitwise where nothing is cast).
 
 - ``source``: the modules: ``oplists/modules.toml`` (the default suite: attention,
   transformer layers, RNNs, normalizations, convolutions, linear layers, the losses on the
-  fp32 lists), or every input of every ModuleInfo of PyTorch's ``module_db`` (opt-in:
-  ``--amp-modules``); each built afresh, seeded, on the device (on meta and emptied onto a
+  fp32 lists), or the inputs of every ModuleInfo of PyTorch's ``module_db`` (opt-in:
+  ``--amp-modules``, the first two for train and for eval unless ``--amp-modules-inputs``
+  says otherwise); each built afresh, seeded, on the device (on meta and emptied onto a
   fake device).
 - ``judge``: one module in one mode, the run inside autocast against the control; the
   fused paths each run took; the outcome (agrees, capability, defect, n/a, failed).
@@ -31,8 +32,9 @@ CHECKS = (
           "losses), in train and eval, with grad, under no_grad and inference_mode: the "
           "dtypes and values of their computation cast as the op lists say, fused paths "
           "included"),
-    Check("modules_db", "opt-in (--amp-modules): every input of every ModuleInfo of the "
-          "running release's module_db, in every mode, against the same control",
+    Check("modules_db", "opt-in (--amp-modules): every ModuleInfo of the running release's "
+          "module_db, its first inputs for train and eval (--amp-modules-inputs), in every "
+          "mode, against the same control",
           opt_in="--amp-modules"),
 )
 

@@ -39,6 +39,8 @@ class ModuleCase:
     info: str | None = None
     numerics: str = "bitwise"
     oplists: tuple[str, ...] = ()
+    #: module_db's inputs judged per train and eval (None: all of them)
+    inputs: int | None = source.DEFAULT_INPUTS
 
     @property
     def name(self) -> str:
@@ -49,7 +51,9 @@ class ModuleCase:
         return f"{self.target.device}-{devices.dtype_name(self.amp_dtype)}-{self.name}"
 
     def subjects(self) -> list[Subject]:
-        return [self.subject] if self.subject is not None else source.db_subjects(self.info)
+        if self.subject is not None:
+            return [self.subject]
+        return source.db_subjects(self.info, self.inputs)
 
 
 Judged = tuple[Subject, judge.Verdict]

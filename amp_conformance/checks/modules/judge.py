@@ -46,7 +46,7 @@ from amp_conformance.schema.defects import registry as defect_registry
 AGREES, CAPABILITY, DEFECT, NOT_APPLICABLE, FAILED = (
     "agrees", "capability", "defect", "n/a", "failed")
 OUTCOMES = (AGREES, CAPABILITY, DEFECT, NOT_APPLICABLE, FAILED)
-INSIDE, CONTROL, TODAY, EAGER = "inside", "control", "today", "eager"
+INSIDE, CONTROL, TODAY, EAGER, PLAIN = "inside", "control", "today", "eager", "plain"
 
 #: the fused kernels modules take instead of their computation, each with the PyTorch
 #: defect that takes it under autocast today (oplists/defects.toml)
@@ -122,8 +122,9 @@ def fast_paths_off() -> Iterator[None]:
 
 def run(s: Setting, mode: Mode, how: str) -> Run:
     """The subject in ``mode``: ``INSIDE`` the device's autocast, the ``CONTROL``, the
-    control with fast paths on (``TODAY``: what PyTorch does where it takes them), or
-    ``EAGER`` (the control's computation with nothing cast)."""
+    control with fast paths on (``TODAY``: what PyTorch does where it takes them),
+    ``EAGER`` (the control's computation with nothing cast), or ``PLAIN`` (the user's call
+    without autocast, fast paths on)."""
     found = Run()
     with contextlib.ExitStack() as stack:
         stack.enter_context(warnings.catch_warnings())
@@ -256,16 +257,18 @@ def _same(one: BaseException, other: BaseException) -> bool:
 
 
 def _fake_limit(s: Setting, mode: Mode, *runs: Run) -> str | None:
-    """Why a fake device cannot run the module at all, or None: every run that failed, and
-    the module's computation without autocast, fail for the device's missing runtime."""
+    """Why a fake device cannot run the module, or None: every run that failed, and the
+    module without autocast (its computation, or the call as a user makes it, fused paths
+    on), fail for what the fake device lacks (its runtime, a fake kernel)."""
     errors = [r.error for r in runs if not r.ok]
     if not errors or not all(fake_runtime(s.target, e) for e in errors):
         return None
-    eager = run(s, mode, EAGER)
-    if eager.ok or not fake_runtime(s.target, eager.error):
-        return None
-    return (f"not applicable in --fake mode: it fails outside autocast too, the fake "
-            f"device lacking its runtime: {describe_error(eager.error, 160)}")
+    for how in (EAGER, PLAIN):
+        outside = run(s, mode, how)
+        if not outside.ok and fake_runtime(s.target, outside.error):
+            return (f"not applicable in --fake mode: it fails outside autocast too, the fake "
+                    f"device cannot run it: {describe_error(outside.error, 160)}")
+    return None
 
 
 def _banned(a: Run, c: Run, base: dict) -> Verdict:

@@ -183,11 +183,18 @@ def db_inputs(name: str, training: bool) -> tuple[Any, ...]:
                                              requires_grad=False, training=training))
 
 
-def db_subjects(name: str) -> list[Subject]:
-    """Every input of the ModuleInfo ``name``, for training and for eval."""
+#: how many of a ModuleInfo's inputs the tier judges per train and eval by default
+#: (``--amp-modules-inputs``): module_db makes up to 60 per module, LinearCrossEntropyLoss
+#: 36 large ones (a minute and a half in all), and the first ones show the module's kinds
+DEFAULT_INPUTS = 2
+
+
+def db_subjects(name: str, limit: int | None = DEFAULT_INPUTS) -> list[Subject]:
+    """The first ``limit`` inputs (every one with None) of the ModuleInfo ``name``, for
+    training and for eval."""
     found = []
     for training in (True, False):
-        for index, made in enumerate(db_inputs(name, training)):
+        for index, made in enumerate(db_inputs(name, training)[:limit]):
             desc = getattr(made, "desc", "") or ""
             found.append(Subject(
                 f"{name.removeprefix('nn.')}-{'train' if training else 'eval'}{index}",
