@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from amp_conformance.checks import registry
+from amp_conformance.checks import defects, registry
 from amp_conformance.checks.higher_order_ops import check, hops
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable
 from tests.mutants import CPU, mutant
@@ -50,12 +50,16 @@ def test_a_hop_new_in_a_release_is_uncovered_until_it_is_run_or_declared():
     check.check_coverage()
 
 
-def test_every_declared_hop_is_one_this_torch_or_an_older_one_has():
-    """A name in the tables that no release registers is a typo, not a HOP."""
+def test_every_declared_hop_is_one_this_torch_or_another_release_has():
+    """A name in the tables that no release registers is a typo, not a HOP: here, every
+    scenario the running release has is registered, and the internal names it lacks are
+    the triton wrappers (registered with triton) and the map of releases before 2.7."""
+    from amp_conformance.schema.versions import release
+
     here = set(hops.registered())
-    declared = {h.name for h in hops.HOPS} | set(hops.INTERNAL)
-    assert {h.name for h in hops.HOPS} <= here
-    assert len(declared - here) <= 2, sorted(declared - here)  # the triton wrappers: no triton
+    assert {h.name for h in hops.HOPS if h.since is None or release() >= h.since} <= here
+    assert set(hops.INTERNAL) - here <= {"triton_kernel_wrapper_mutation",
+                                         "triton_kernel_wrapper_functional", "map"}
 
 
 def test_a_hop_that_raises_outside_autocast_too_is_not_applicable_and_one_inside_only_fails():
@@ -90,3 +94,24 @@ def test_a_region_left_changed_by_the_hop_fails(monkeypatch):
     hop = dataclasses.replace(check.by_name("wrap"), call=leaky)
     with pytest.raises(ConformanceFailure, match="the autocast state after the call differs"):
         check.check(hop, CPU, torch.bfloat16, check.UNCOMPILED)
+
+
+def test_pytorchs_missing_autocast_kernel_of_a_hop_is_reproduced_and_another_key_fails():
+    """A HOP falls through three Autocast keys only: inside another device's autocast it
+    raises PyTorch's missing-kernel error, recorded as the defect; naming a key that is not
+    the device's is a failure."""
+    def no_kernel(key):
+        def call(env, inputs):
+            def run():
+                if torch.is_autocast_enabled("cpu"):
+                    raise NotImplementedError(f"{check.NO_KERNEL} cond at dispatch key "
+                                              f"DispatchKey.{key} (resolved from {key})")
+                return hops.body(env, inputs.w, inputs.x)
+            return run
+        return dataclasses.replace(check.by_name("wrap"), call=call)
+    recorded = []
+    check.check(no_kernel("AutocastCPU"), CPU, torch.bfloat16, check.UNCOMPILED,
+                record=lambda *kv: recorded.append(kv))
+    assert recorded == [("amp_defect", defects.record_of(check.NO_KERNEL_DEFECT, "reproduced"))]
+    with pytest.raises(ConformanceFailure, match="DispatchKey.AutocastMPS"):
+        check.check(no_kernel("AutocastMPS"), CPU, torch.bfloat16, check.UNCOMPILED)

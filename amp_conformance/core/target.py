@@ -132,12 +132,16 @@ def fake_autograd_reason(target: Target) -> str | None:
 
 
 #: what a fake device's missing runtime says: an op that calls into the absent device's
-#: runtime, or a kernel with no Meta implementation (a CUDA build without a GPU takes the
-#: fused-cell path, which has none)
+#: runtime, a kernel with no Meta implementation (a CUDA build without a GPU takes the
+#: fused-cell path, which has none), or FakeTensorMode's own limit (a nested tensor it
+#: makes on meta, seen on torch 2.6)
 FAKE_RUNTIME = ("not compiled with", "not linked with support", "An unexpected device type",
-                "no fake impl or Meta kernel registered", "Found no NVIDIA driver")
+                "no fake impl or Meta kernel registered", "Found no NVIDIA driver",
+                "CUDA driver version is insufficient", "Unhandled FakeTensor Device Propagation")
 
 
 def fake_runtime(target: Target, error: BaseException) -> bool:
-    """Whether ``error`` is the fake device's missing runtime, not the call's own."""
-    return target.fake and any(text in str(error) for text in FAKE_RUNTIME)
+    """Whether ``error`` is the fake device's missing runtime (torch's AcceleratorError
+    included), not the call's own."""
+    return target.fake and (type(error).__name__ == "AcceleratorError"
+                            or any(text in str(error) for text in FAKE_RUNTIME))

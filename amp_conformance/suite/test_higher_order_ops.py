@@ -24,13 +24,15 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def test_higher_order_op(amp_settings, amp_target, amp_dtype, hop_backend, hop):
+def test_higher_order_op(amp_settings, amp_target, amp_dtype, hop_backend, hop,
+                         record_property):
     """Dtypes, values and errors of the computation without the HOP; regions inside kept."""
     reason = check.not_applicable(hop, amp_target, hop_backend)
     if reason:
         pytest.skip(reason)
     try:
-        check.check(hop, amp_target, amp_dtype, hop_backend, amp_settings.numerics)
+        check.check(hop, amp_target, amp_dtype, hop_backend, amp_settings.numerics,
+                    record_property)
     except NotApplicable as exc:
         pytest.skip(str(exc))
 

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from amp_conformance.checks import compiling
+from amp_conformance.checks import compiling, defects
 from amp_conformance.checks.compile_regions.bodies import Env
 from amp_conformance.checks.compile_regions.regions import other_dtype
 from amp_conformance.checks.higher_order_ops.hops import HOPS, INTERNAL, Hop, Inputs, registered
+from amp_conformance.core import devices
 from amp_conformance.core.casting import map_tensors
 from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import ConformanceFailure, NotApplicable, describe_error
 from amp_conformance.core.state import AutocastState
 from amp_conformance.core.target import Target, fake_runtime
+from amp_conformance.schema.defects import registry as defect_registry
 from amp_conformance.schema.versions import release
 
 #: the items' "backend" that compiles nothing: the HOP called as it is
@@ -88,10 +91,18 @@ def _run(fn: Any, env: Env, enabled: bool = True) -> tuple[Any, BaseException | 
     return out, error, leaked
 
 
+#: a HOP has fallthrough kernels for AutocastCPU, AutocastCUDA and AutocastXPU only: inside
+#: another device's autocast one without a kernel of its own raises this (a PyTorch defect)
+NO_KERNEL = "could not find kernel for HigherOrderOperator"
+NO_KERNEL_DEFECT = "hop-no-autocast-kernel-off-cpu-cuda-xpu"
+
+
 def check(hop: Hop, target: Target, dtype: torch.dtype, backend: str,
-          numerics: str = "bitwise") -> None:
+          numerics: str = "bitwise", record: Callable[[str, Any], None] = lambda *_: None
+          ) -> None:
     """The HOP against the same computation without it; ConformanceFailure naming the HOP,
-    its API, the backend and what differs."""
+    its API, the backend and what differs. Where it raises PyTorch's own missing-kernel
+    error for the device's Autocast key, the defect is reproduced (``record``ed)."""
     env = Env(target, dtype, other_dtype(target, dtype))
     where = (f"higher-order op {hop.name} ({hop.api}), "
              f"{'uncompiled' if backend == UNCOMPILED else f'compiled with {backend}'}, on "
@@ -117,6 +128,16 @@ def check(hop: Hop, target: Target, dtype: torch.dtype, backend: str,
                 if outside is not None and _same(outside, error):
                     raise NotApplicable(f"not applicable: {where.split(', inside')[0]} raises "
                                         f"outside autocast too: {describe_error(error, 200)}")
+                if outside is not None and target.fake:  # the fake device cannot run it at all
+                    raise NotApplicable(
+                        f"not applicable in --fake mode: {where.split(', inside')[0]} does not "
+                        f"run under FakeTensorMode outside autocast either "
+                        f"({describe_error(outside, 160)}); inside it raises "
+                        f"{describe_error(error, 160)}")
+    if error is not None and plain_error is None and _no_kernel(error, target):
+        record(defects.PROPERTY, defects.record_of(NO_KERNEL_DEFECT, defects.REPRODUCED))
+        print(f"{where}: reproduces {NO_KERNEL_DEFECT}: {describe_error(error, 300)}")
+        return
     problems = []
     if error is not None or plain_error is not None:
         if not _same(error, plain_error):
@@ -127,6 +148,14 @@ def check(hop: Hop, target: Target, dtype: torch.dtype, backend: str,
         problems.append("the autocast state after the call differs: " + "; ".join(leaked))
     if problems:
         raise ConformanceFailure(f"{where}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _no_kernel(error: BaseException, target: Target) -> bool:
+    """Whether ``error`` is the HOP's missing kernel for the device's Autocast key, while
+    the running torch still has that defect."""
+    key = f"DispatchKey.{devices.dispatch_key(target.device)}"
+    return (NO_KERNEL in str(error) and key in str(error)
+            and defect_registry()[NO_KERNEL_DEFECT].applies())
 
 
 def _same(one: BaseException | None, other: BaseException | None) -> bool:

@@ -23,6 +23,9 @@ from typing import Any
 import torch
 
 from amp_conformance.checks.compile_regions.bodies import Env
+from amp_conformance.schema.defects import KNOWN_DEFECT
+from amp_conformance.schema.defects import registry as defect_registry
+from amp_conformance.schema.versions import release
 
 Fn = Callable[..., Any]
 
@@ -46,7 +49,11 @@ class Hop:
     - ``eager``: whether the uncompiled call goes through the HOP (``checkpoint`` and
       ``nested_compile_region`` become one only under torch.compile);
     - ``close``: the HOP computes another way than ``plain`` (flex_attention's own kernel
-      against scaled_dot_product_attention's): values to the amp dtype's precision.
+      against scaled_dot_product_attention's): values to the amp dtype's precision;
+    - ``known``: (backend or ``"*"``, the id of a defect of ``oplists/defects.toml``, and
+      optionally the first release where that backend shows it) for each PyTorch defect the
+      HOP shows; before the defect's ``fixed`` release the item is a strict xfail, so a fix
+      is noticed.
     """
 
     name: str
@@ -56,6 +63,17 @@ class Hop:
     since: str | None = None
     eager: bool = True
     close: bool = False
+    known: tuple[tuple[str, ...], ...] = ()
+
+    def known_defect(self, backend: str, version: str | None = None) -> str | None:
+        """Why the item fails with ``backend`` on the running torch (or ``version``): the
+        PyTorch defect it shows there, or None."""
+        for known_backend, defect_id, *since in self.known:
+            defect = defect_registry()[defect_id]
+            shown = not since or release(version) >= since[0]
+            if known_backend in (backend, "*") and shown and defect.applies(version):
+                return f"{KNOWN_DEFECT}{defect.cite()}: {defect.summary}"
+        return None
 
 
 def region(env: Env, which: str | None = "amp", enabled: bool = True
@@ -98,6 +116,20 @@ def _cond_plain(env: Env, i: Inputs) -> Fn:
 
 def _start(env: Env, i: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.zeros((), dtype=torch.int64, device=i.x.device), i.x.to(env.dtype)
+
+
+def _switch(env: Env, i: Inputs) -> Fn:
+    f = functools.partial(body, env, i.w)
+    return lambda: torch.switch(1, (lambda h: f(h * 2), f, lambda h: f(-h)), (i.x,))
+
+
+def _flex_gemm(env: Env, i: Inputs) -> Fn:
+    from torch._higher_order_ops import flex_gemm
+    return lambda: flex_gemm(torch.mm, (i.x, i.w), torch.relu)
+
+
+def _flex_gemm_plain(env: Env, i: Inputs) -> Fn:
+    return lambda: torch.relu(torch.mm(i.x, i.w))
 
 
 def _while_loop(env: Env, i: Inputs) -> Fn:
@@ -196,18 +228,24 @@ def _plain(env: Env, i: Inputs) -> Fn:
 
 HOPS: tuple[Hop, ...] = (
     Hop("cond", "torch.cond", _cond, _cond_plain),
+    Hop("switch", "torch.switch", _switch, _plain, since="2.15"),
     Hop("while_loop", "torch._higher_order_ops.while_loop", _while_loop, _while_loop_plain),
     Hop("scan", "torch._higher_order_ops.scan", _scan, _scan_plain, since="2.7"),
-    Hop("map_impl", "torch._higher_order_ops.map.map", _map, _map_plain),
+    Hop("map_impl", "torch._higher_order_ops.map.map", _map, _map_plain,
+        known=(("uncompiled", "map-drops-inner-regions"),
+               ("aot_eager", "map-drops-inner-regions", "2.7"))),
     Hop("associative_scan", "torch._higher_order_ops.associative_scan (combine_mode="
         "'generic')", _associative_scan, _associative_scan_plain, since="2.7", close=True),
     Hop("flex_attention", "torch.nn.attention.flex_attention.flex_attention", _flex_attention,
-        _flex_attention_plain, close=True),
+        _flex_attention_plain, close=True,
+        known=(("aot_eager", "flex-attention-compiled-drops-autocast"),)),
     Hop("tag_activation_checkpoint", "torch.utils.checkpoint.checkpoint (use_reentrant="
         "False) under torch.compile", _checkpoint, _plain, eager=False),
     Hop("invoke_subgraph", "torch.compiler.nested_compile_region under torch.compile",
         _subgraph, _plain, since="2.8", eager=False),
     Hop("wrap", "torch._higher_order_ops.wrap.wrap", _wrap, _plain),
+    Hop("flex_gemm", "torch._higher_order_ops.flex_gemm (a gemm and its epilogue)", _flex_gemm,
+        _flex_gemm_plain, since="2.15"),
 )
 
 #: the HOPs no user calls: each with what makes it, where its autocast is checked if at all
@@ -251,6 +289,8 @@ INTERNAL: dict[str, str] = {
     "control_deps": "inductor's ordering of nodes in a graph it schedules",
     "trace_wrapped": "compiled autograd's traced hook",
     "register_hook": "a tensor hook registered inside traced code",
+    "map": "the outer HOP of torch._higher_order_ops.map in releases before 2.7 (it calls "
+           "map_impl, which runs the body)",
 }
 
 
