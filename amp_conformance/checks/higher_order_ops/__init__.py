@@ -34,7 +34,7 @@ FIXTURES = ("hop_backend", "hop")
 
 def params(metafunc: Any, settings: Any) -> list[Any]:
     """One param per (backend, HOP): uncompiled first, then each backend; a known PyTorch
-    defect is a strict xfail."""
+    defect is an xfail (strict on a real device)."""
     from amp_conformance.checks.higher_order_ops import check
     from amp_conformance.checks.higher_order_ops.hops import HOPS
     from amp_conformance.core.errors import ConformanceFailure
@@ -42,9 +42,11 @@ def params(metafunc: Any, settings: Any) -> list[Any]:
     found = []
     for backend in check.backends(settings.compile_backend):
         for hop in HOPS:
-            known = hop.known_defect(backend)
-            marks = [pytest.mark.xfail(strict=True, raises=ConformanceFailure, reason=known)
-                     ] if known else []
+            known = hop.known_defect(backend, settings.fake)
+            # strict on a real device, where a fix must be noticed; a fake device's regions
+            # are switched state, which an old release's defect may keep on some devices
+            marks = [pytest.mark.xfail(strict=not settings.fake, raises=ConformanceFailure,
+                                       reason=known)] if known else []
             found.append(pytest.param(backend, hop, id=f"{backend}-{hop.name}", marks=marks))
     return found
 

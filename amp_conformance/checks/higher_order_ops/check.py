@@ -21,7 +21,14 @@ import torch
 from amp_conformance.checks import compiling, defects
 from amp_conformance.checks.compile_regions.bodies import Env
 from amp_conformance.checks.compile_regions.regions import other_dtype
-from amp_conformance.checks.higher_order_ops.hops import HOPS, INTERNAL, Hop, Inputs, registered
+from amp_conformance.checks.higher_order_ops.hops import (
+    HOPS,
+    INTERNAL,
+    UNCOMPILED,
+    Hop,
+    Inputs,
+    registered,
+)
 from amp_conformance.core import devices
 from amp_conformance.core.casting import map_tensors
 from amp_conformance.core.compare import compare
@@ -31,8 +38,6 @@ from amp_conformance.core.target import Target, fake_runtime
 from amp_conformance.schema.defects import registry as defect_registry
 from amp_conformance.schema.versions import release
 
-#: the items' "backend" that compiles nothing: the HOP called as it is
-UNCOMPILED = "uncompiled"
 #: flex_attention's kernel and scaled_dot_product_attention's round differently
 _CLOSE = {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2}, torch.float16: {"rtol": 1e-3, "atol": 1e-3}}
 

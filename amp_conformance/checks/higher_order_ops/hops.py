@@ -28,6 +28,8 @@ from amp_conformance.schema.defects import registry as defect_registry
 from amp_conformance.schema.versions import release
 
 Fn = Callable[..., Any]
+#: the items' "backend" that compiles nothing: the HOP called as it is
+UNCOMPILED = "uncompiled"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,22 @@ class Inputs:
     x: torch.Tensor
     w: torch.Tensor
     xs: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Known:
+    """A defect of ``oplists/defects.toml`` the HOP shows: with ``backend`` (``"*"``: every
+    one), from release ``since`` on, on real devices, fake ones or both (``fake`` None)."""
+
+    defect: str
+    backend: str = "*"
+    since: str | None = None
+    fake: bool | None = None
+
+    def shown(self, backend: str, fake: bool, version: str | None = None) -> bool:
+        return (self.backend in (backend, "*") and self.fake in (None, fake)
+                and (self.since is None or release(version) >= self.since)
+                and defect_registry()[self.defect].applies(version))
 
 
 @dataclass(frozen=True)
@@ -50,10 +68,8 @@ class Hop:
       ``nested_compile_region`` become one only under torch.compile);
     - ``close``: the HOP computes another way than ``plain`` (flex_attention's own kernel
       against scaled_dot_product_attention's): values to the amp dtype's precision;
-    - ``known``: (backend or ``"*"``, the id of a defect of ``oplists/defects.toml``, and
-      optionally the first release where that backend shows it) for each PyTorch defect the
-      HOP shows; before the defect's ``fixed`` release the item is a strict xfail, so a fix
-      is noticed.
+    - ``known``: each PyTorch defect the HOP shows (:class:`Known`); before the defect's
+      ``fixed`` release the item is a strict xfail, so a fix is noticed.
     """
 
     name: str
@@ -63,15 +79,15 @@ class Hop:
     since: str | None = None
     eager: bool = True
     close: bool = False
-    known: tuple[tuple[str, ...], ...] = ()
+    known: tuple[Known, ...] = ()
 
-    def known_defect(self, backend: str, version: str | None = None) -> str | None:
+    def known_defect(self, backend: str, fake: bool = False, version: str | None = None
+                     ) -> str | None:
         """Why the item fails with ``backend`` on the running torch (or ``version``): the
         PyTorch defect it shows there, or None."""
-        for known_backend, defect_id, *since in self.known:
-            defect = defect_registry()[defect_id]
-            shown = not since or release(version) >= since[0]
-            if known_backend in (backend, "*") and shown and defect.applies(version):
+        for known in self.known:
+            if known.shown(backend, fake, version):
+                defect = defect_registry()[known.defect]
                 return f"{KNOWN_DEFECT}{defect.cite()}: {defect.summary}"
         return None
 
@@ -232,13 +248,15 @@ HOPS: tuple[Hop, ...] = (
     Hop("while_loop", "torch._higher_order_ops.while_loop", _while_loop, _while_loop_plain),
     Hop("scan", "torch._higher_order_ops.scan", _scan, _scan_plain, since="2.7"),
     Hop("map_impl", "torch._higher_order_ops.map.map", _map, _map_plain,
-        known=(("uncompiled", "map-drops-inner-regions"),
-               ("aot_eager", "map-drops-inner-regions", "2.7"))),
+        known=(Known("map-drops-inner-regions", UNCOMPILED),
+               Known("map-drops-inner-regions", "aot_eager", since="2.7"))),
     Hop("associative_scan", "torch._higher_order_ops.associative_scan (combine_mode="
         "'generic')", _associative_scan, _associative_scan_plain, since="2.7", close=True),
     Hop("flex_attention", "torch.nn.attention.flex_attention.flex_attention", _flex_attention,
         _flex_attention_plain, close=True,
-        known=(("aot_eager", "flex-attention-compiled-drops-autocast"),)),
+        # uncompiled on a fake device, FakeTensorMode runs the HOP, not its dense ops
+        known=(Known("flex-attention-compiled-drops-autocast", "aot_eager"),
+               Known("flex-attention-compiled-drops-autocast", UNCOMPILED, fake=True))),
     Hop("tag_activation_checkpoint", "torch.utils.checkpoint.checkpoint (use_reentrant="
         "False) under torch.compile", _checkpoint, _plain, eager=False),
     Hop("invoke_subgraph", "torch.compiler.nested_compile_region under torch.compile",
