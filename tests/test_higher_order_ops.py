@@ -115,3 +115,14 @@ def test_pytorchs_missing_autocast_kernel_of_a_hop_is_reproduced_and_another_key
     assert recorded == [("amp_defect", defects.record_of(check.NO_KERNEL_DEFECT, "reproduced"))]
     with pytest.raises(ConformanceFailure, match="DispatchKey.AutocastMPS"):
         check.check(no_kernel("AutocastMPS"), CPU, torch.bfloat16, check.UNCOMPILED)
+
+
+def test_a_key_without_a_python_name_is_read_as_torch_prints_it():
+    """AutocastXLA has no name in torch's DispatchKey enum: the error says "???" (seen with
+    torch 2.9.0 and torch-xla 2.9.0)."""
+    from amp_conformance.core.target import Target
+
+    error = NotImplementedError(f"{check.NO_KERNEL} cond at dispatch key DispatchKey.??? "
+                                "(resolved from DispatchKey.???)")
+    assert check._no_kernel(error, Target("xla"))
+    assert not check._no_kernel(error, Target("mps"))
