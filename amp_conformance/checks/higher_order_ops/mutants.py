@@ -69,7 +69,7 @@ register(Mutant(
                 "float32 inside a cpu region",
     apply=_hop_kernel(_flex, DispatchKey.AutocastCPU, "py_kernels", _casts_nothing),
     expect=("higher-order op flex_attention", "uncompiled", "output dtypes and shapes"),
-    select="test_higher_order_op and bfloat16-uncompiled-flex_attention",
+    select="test_higher_order_op and cpu-uncompiled-flex_attention",
 ))
 
 register(Mutant(
@@ -78,7 +78,7 @@ register(Mutant(
     apply=_hop_kernel(_cond, DispatchKey.CompositeExplicitAutograd, "py_kernels",
                       _outside_cpu_autocast),
     expect=("higher-order op cond (torch.cond), uncompiled", "output dtypes and shapes"),
-    select="test_higher_order_op and bfloat16-uncompiled-cond",
+    select="test_higher_order_op and cpu-uncompiled-cond",
 ))
 
 
@@ -96,5 +96,5 @@ register(Mutant(
     apply=lambda: _hop_kernel(_cond, _proxy_mode(), "python_key_table", _traced_outside)(),
     expect=("higher-order op cond (torch.cond), compiled with aot_eager",
             "output dtypes and shapes"),
-    select="test_higher_order_op and bfloat16-aot_eager-cond",
+    select="test_higher_order_op and cpu-aot_eager-cond",
 ))
