@@ -111,13 +111,18 @@ def _wanting_grad(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _construct(target: Target, make: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+def _construct(target: Target, make: Callable[[], torch.nn.Module],
+               inputs: tuple[tuple, dict] = ((), {})) -> torch.nn.Module:
     """``make()`` seeded on cpu and moved to the device; on a fake target made on meta
-    (outside FakeTensorMode, which cannot swap a module's parameters) and emptied onto the
-    fake device, parameters without grad."""
+    (outside FakeTensorMode, which cannot swap a module's parameters; a lazy module's shapes
+    taken from a call on meta copies of ``inputs``) and emptied onto the fake device,
+    parameters without grad."""
     if target.fake:
         with outside_modes(), torch.device("meta"):
             module = make()
+            if getattr(module, "has_uninitialized_params", lambda: False)():
+                args, kwargs = map_tensors(lambda t: torch.empty_like(t, device="meta"), inputs)
+                module(*args, **kwargs)
         return module.to_empty(device=target.device).requires_grad_(False)
     with rng.seeded("cpu", SEED):
         module = make()
@@ -206,8 +211,9 @@ def db_subjects(name: str, limit: int | None = DEFAULT_INPUTS) -> list[Subject]:
 def _from_db(subject: Subject, target: Target) -> Built:
     info = module_db()[subject.info]
     made = db_inputs(subject.info, subject.training)[subject.index]
-    ctor = made.constructor_input
-    module = _construct(target, lambda: info.module_cls(*ctor.args, **ctor.kwargs))
+    ctor, forward = made.constructor_input, made.forward_input
+    module = _construct(target, lambda: info.module_cls(*ctor.args, **ctor.kwargs),
+                        (forward.args, forward.kwargs))
     args, kwargs = map_tensors(functools.partial(_moved, target), (made.forward_input.args,
                                                                   made.forward_input.kwargs))
     return Built(module, tuple(args), dict(kwargs))
