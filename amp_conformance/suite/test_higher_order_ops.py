@@ -2,8 +2,9 @@
 
 ``test_higher_order_op``: one item per backend (uncompiled; aot_eager; the ``--amp-compile``
 backend) and HOP, inside a region of the run's first amp dtype whose subgraphs open one of
-the other: the HOP gives what the same computation gives without it. ``test_every_higher_order_op_is_covered``: every HOP of
-the running torch is run here or declared internal.
+the other: the HOP gives what the same computation gives without it.
+``test_every_higher_order_op_is_covered``: every HOP of the running torch is run here or
+declared internal.
 """
 
 import pytest
