@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from amp_conformance.core import sync
 from amp_conformance.core.errors import ConformanceFailure, same_way, signature
-from amp_conformance.plugin.excuses import autocast_disabled
+from amp_conformance.core.state import ItemState
+from amp_conformance.plugin.excuses import DirtyDevice, autocast_disabled, clean_start
+from amp_conformance.plugin.items import START_STATE
 from tests import backends
 from tests.test_vendor_workflow import _summary_counts, needs_python_backend
 
@@ -86,15 +90,16 @@ def test_a_mode_left_entered():
 
 def test_a_failure_leaves_nothing_behind_and_a_leak_is_named(pytester):
     """The failure's traceback (which pytest keeps) held a guard that turns torch.func off:
-    the next item runs as it would alone; what an item leaves that cannot be let go is an
-    error naming it, and is restored."""
+    the next item runs as it would alone; an item that passes but leaves what cannot be let
+    go fails, naming it, and it is restored."""
     pytester.makepyfile(test_leak=LEAK)
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "-q")
     outcomes = result.parseoutcomes()
-    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 2, result.stdout.str()
-    assert outcomes.get("errors") == 1, result.stdout.str()
-    result.stdout.fnmatch_lines(["state leaked by test_leak.py::test_a_mode_left_entered: dispatch"
-                                 " keys excluded: +FuncTorchDynamicLayerFrontMode (restored*"])
+    assert outcomes.get("failed") == 2 and outcomes.get("passed") == 1, result.stdout.str()
+    assert not outcomes.get("errors"), result.stdout.str()
+    result.stdout.fnmatch_lines(["*state leaked by test_leak.py::test_a_mode_left_entered: "
+                                 "dispatch keys excluded: +FuncTorchDynamicLayerFrontMode "
+                                 "(restored*"])
     assert "test_the_next_item_runs_with_torch_func" not in "".join(
         line for line in result.stdout.lines if line.startswith("FAILED"))
 
@@ -185,3 +190,74 @@ def test_an_excuse_is_counted_shown_and_refused_on_request(tmp_path):
     refused = backends.run(*args, "--amp-no-excuses", cwd=EXAMPLE, env=env)
     assert _summary_counts(refused.stdout).get("failed") == counts["skipped"], refused.stdout[-3000:]
     assert "excuse refused by --amp-no-excuses (missing kernel)" in refused.stdout
+
+
+# -- faults of state: a proof starts clean, a leak and a late error are the item's -------
+
+
+@pytest.mark.slow
+@needs_python_backend
+@pytest.mark.parametrize("fault, says", [
+    ("error_state", "fakegpu reported an error after the item failed (FakeGpuError: fakegpu: an "
+                    "illegal memory access was encountered): an item that leaves its device "
+                    "failing is never excused"),
+    ("error_twice", "an item that leaves its device failing is never excused"),
+    ("grad_leak", "state leaked by test_oplist.py::test_policy[fakegpu-bfloat16-torch_16-mm]: "
+                  "grad mode: True before, False after"),
+    ("late_error", "the device reported an error after test_oplist.py::test_policy[fakegpu-"
+                   "bfloat16-torch_16-mm] ran: FakeGpuError: fakegpu: an illegal memory access"),
+], ids=["an-error-state-drained-first", "an-error-state-that-survives-a-synchronize",
+        "a-leaked-grad-mode", "an-error-reported-late"])
+def test_a_fault_of_state_fails_its_items_and_the_run(tmp_path, fault, says):
+    """mm's autocast kernel leaves the device in an error state (its later kernels, the
+    item's read-back among them, raise it until a synchronize), turns grad mode off, or
+    has an error reported at the next synchronize. The proof drains the device and starts
+    from the state the item started from, so no rerun meets what the failure left; the
+    leak and the late error fail the item that made them."""
+    data, out = _faulty(tmp_path, fault, "torch_16-mm")
+    assert data["run"]["exitstatus"] == 1, out[-3000:]
+    assert data["excused"]["count"] == 0, data["excused"]
+    messages = [r["message"] or "" for r in data["results"] if r["outcome"] != "passed"]
+    assert any(says in m for m in messages), "\n".join(m[:400] for m in messages)
+
+
+@pytest.mark.slow
+@needs_python_backend
+def test_a_device_that_never_comes_back_is_lost_not_excused(tmp_path):
+    data, out = _faulty(tmp_path, "error_sticky", "torch_16-mm")
+    assert data["run"]["exitstatus"] == 6, out[-3000:]
+    assert data["excused"]["count"] == 0, data["excused"]
+    assert "DEVICE LOST during this item" in out
+
+
+def _item_started_here(device: str = "cpu") -> SimpleNamespace:
+    item = SimpleNamespace(stash=pytest.Stash())
+    item.stash[START_STATE] = ItemState.capture(device)
+    return item
+
+
+def test_a_proof_starts_from_the_items_start_and_gives_the_failure_its_state_back():
+    """The failure left grad mode off: the proof runs with it on, as the item started; after
+    it the state is the failure's again, for the isolation to name."""
+    item = _item_started_here()
+    torch.set_grad_enabled(False)
+    try:
+        with clean_start(item, "cpu"):
+            assert torch.is_grad_enabled()
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("reported, says", [
+    ([[RuntimeError("illegal access")], []], "cpu reported an error after the item failed "
+                                              "(RuntimeError: illegal access): an item that "
+                                              "leaves its device failing is never excused"),
+    ([[RuntimeError("sticky")]] * 4, "still reports an error after 3 synchronizes"),
+], ids=["drained", "never-clean"])
+def test_no_proof_runs_on_a_device_the_item_left_failing(monkeypatch, reported, says):
+    errors = iter(reported)
+    monkeypatch.setattr(sync, "pending", lambda device: (next(errors) or [None])[0])
+    with pytest.raises(DirtyDevice, match=re.escape(says)):
+        with clean_start(_item_started_here(), "cpu"):
+            pytest.fail("no proof runs")

@@ -1,4 +1,13 @@
-"""Snapshots of the thread's autocast state, so every check can prove it left none behind."""
+"""Snapshots of the state an item may change, so every check can prove it left none behind.
+
+The one list of what the suite snapshots around an item (:class:`ItemState`): the autocast
+state of every device type (:class:`AutocastState`), the thread's dispatch keys, transforms,
+modes and print options (:class:`ThreadState`), and the global flags (:class:`Flags`): grad
+mode, inference mode, the default dtype, deterministic algorithms, anomaly detection and
+the fused attention paths. The per-item isolation compares it before and after an item
+(what changed fails the item, restored), and an excuse's proof starts from the state the
+item started from, never from the one its failure left.
+"""
 
 from __future__ import annotations
 
@@ -199,3 +208,68 @@ def grad_and_dtype_restored() -> Iterator[None]:
     finally:
         torch.set_grad_enabled(grad)
         torch.set_default_dtype(default)
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The global and thread flags an item may turn and forget: grad mode, inference mode,
+    the default dtype, deterministic algorithms (and warn-only), anomaly detection, and
+    ``torch.backends.mha``'s fast paths."""
+
+    grad: bool
+    inference: bool
+    default_dtype: torch.dtype
+    deterministic: bool
+    deterministic_warn_only: bool
+    anomaly: bool
+    fast_paths: bool
+
+    @classmethod
+    def capture(cls) -> Flags:
+        return cls(grad=torch.is_grad_enabled(), inference=torch.is_inference_mode_enabled(),
+                   default_dtype=torch.get_default_dtype(),
+                   deterministic=torch.are_deterministic_algorithms_enabled(),
+                   deterministic_warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+                   anomaly=torch.is_anomaly_enabled(),
+                   fast_paths=torch.backends.mha.get_fastpath_enabled())
+
+    def diff(self, other: Flags) -> list[str]:
+        names = {"grad": "grad mode", "inference": "inference mode",
+                 "default_dtype": "default dtype", "deterministic": "deterministic algorithms",
+                 "deterministic_warn_only": "deterministic algorithms warn-only",
+                 "anomaly": "anomaly detection", "fast_paths": "torch.backends.mha fast paths"}
+        return [f"{what}: {getattr(self, name)} before, {getattr(other, name)} after"
+                for name, what in names.items() if getattr(self, name) != getattr(other, name)]
+
+    def restore(self) -> None:
+        """Put back what can be put back; inference mode left entered cannot be (its guard
+        lives where it was made), and the diff names it."""
+        torch.set_grad_enabled(self.grad)
+        torch.set_default_dtype(self.default_dtype)
+        torch.use_deterministic_algorithms(self.deterministic,
+                                           warn_only=self.deterministic_warn_only)
+        torch.set_anomaly_enabled(self.anomaly)
+        torch.backends.mha.set_fastpath_enabled(self.fast_paths)
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """Everything the suite snapshots around an item, for ``device``."""
+
+    autocast: AutocastState
+    thread: ThreadState
+    flags: Flags
+
+    @classmethod
+    def capture(cls, device: str) -> ItemState:
+        return cls(AutocastState.capture(device), ThreadState.capture(), Flags.capture())
+
+    def diff(self, other: ItemState) -> list[str]:
+        """What changed from this state to ``other``, one phrase per field."""
+        return (self.autocast.diff(other.autocast) + self.thread.diff(other.thread)
+                + self.flags.diff(other.flags))
+
+    def restore(self) -> None:
+        self.flags.restore()  # grad mode first: restoring autocast calls no op, but be safe
+        self.autocast.restore()
+        self.thread.restore()

@@ -17,12 +17,12 @@ with import_frozen():  # the collector paused for torch's import (plugin/heap.py
     import torch
 
 from amp_conformance.checks import profiles
-from amp_conformance.core import dispatch
-from amp_conformance.core.errors import NotApplicable, release_frames
-from amp_conformance.core.state import AutocastState, ThreadState, grad_and_dtype_restored
+from amp_conformance.core import dispatch, sync
+from amp_conformance.core.errors import NotApplicable, describe_error, release_frames
+from amp_conformance.core.state import ItemState, StateLeak
 from amp_conformance.core.target import Target
 from amp_conformance.plugin import options, parametrize
-from amp_conformance.plugin.items import is_conformance
+from amp_conformance.plugin.items import START_STATE, is_conformance
 from amp_conformance.plugin.options import Settings
 
 #: plugins of the vendor workflow: declarations (capabilities, expected failures), report
@@ -115,13 +115,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     """A check that does not apply here raises NotApplicable: its item is skipped with the
-    reason, never passed."""
+    reason, never passed. A check that passed but left state behind fails (the isolation
+    restores it at teardown)."""
     try:
-        return (yield)
+        result = yield
     except NotApplicable as exc:
         if not is_conformance(pyfuncitem):
             raise
         pytest.skip(str(exc))
+    start = pyfuncitem.stash.get(START_STATE, None)
+    if start is not None:
+        leaked = start.diff(ItemState.capture(settings(pyfuncitem.config).device))
+        if leaked:
+            pyfuncitem.stash[_LEAK_SAID] = True
+            raise StateLeak(_leak(pyfuncitem, leaked))
+    return result
+
+
+_LEAK_SAID = pytest.StashKey[bool]()
+
+
+def _leak(item: pytest.Item, leaked: list[str]) -> str:
+    return (f"state leaked by {item.nodeid}: " + "; ".join(leaked)
+            + " (restored; the item must leave the state as it found it)")
 
 
 @pytest.fixture(scope="session")
@@ -133,33 +149,42 @@ def amp_settings(request: pytest.FixtureRequest) -> Settings:
 @pytest.fixture(autouse=True)
 def _amp_isolation(request: pytest.FixtureRequest):
     """Give every conformance item a clean slate and restore it afterwards, pass or fail:
-    autocast state of every device type, cache flag, nesting, grad mode, default dtype, and
-    the thread's dispatch keys, transforms, modes and print options (a failed item's frames,
-    which pytest keeps, are let go first: they may hold a guard that changes them).
+    everything :class:`~amp_conformance.core.state.ItemState` snapshots (the autocast state
+    of every device type, the thread's dispatch keys, transforms, modes and print options,
+    grad and inference mode, the default dtype and the other global flags). The state the
+    item started from is kept on it: an excuse's proof starts from it
+    (:mod:`amp_conformance.plugin.excuses`).
 
-    An item that leaves autocast state behind (a kernel that turns another device's
-    autocast on, a dtype switched inside a region and never put back) errors at teardown,
-    naming what leaked, so the leak is pinned on the item that made it, not found later.
+    An item that leaves any of it behind (a kernel that turns grad mode off, another
+    device's autocast on, a dtype switched and never put back) fails, naming what changed
+    (its call, where it passed; else an error at teardown), so the leak is pinned on the
+    item that made it, not found later; so does an item after which its device reports
+    an error late (a synchronize drains it).
     """
     if not is_conformance(request.node):
         yield
         return
     device = settings(request.config).device
-    with grad_and_dtype_restored():
-        before, thread = AutocastState.capture(device), ThreadState.capture()
-        try:
-            yield
-        finally:
-            leaked = before.diff(AutocastState.capture(device))
-            before.restore()
-            if thread.diff(ThreadState.capture()):  # a failure's frames may hold a guard
-                release_frames(getattr(sys, "last_value", None))
-                leaked += thread.diff(ThreadState.capture())
-                thread.restore()
-        if leaked:
-            pytest.fail(f"state leaked by {request.node.nodeid}: " + "; ".join(leaked)
-                        + " (restored; the item must leave the state as it found it)",
-                        pytrace=False)
+    sync.synchronizer(device)  # chosen once, before any item could leave the device failing
+    start = ItemState.capture(device)
+    request.node.stash[START_STATE] = start
+    try:
+        yield
+    finally:
+        late = sync.pending(device)
+        leaked = start.diff(ItemState.capture(device))
+        if leaked:  # a failure's frames may hold a guard (tensor printing's): let them go
+            release_frames(getattr(sys, "last_value", None))
+            leaked = start.diff(ItemState.capture(device))
+        start.restore()
+    said = request.node.stash.get(_LEAK_SAID, False)  # failed the call already
+    problems = [_leak(request.node, leaked)] if leaked and not said else []
+    if late is not None:
+        problems.append(f"{device} reported an error after {request.node.nodeid} ended: "
+                        f"{describe_error(late, 300)} (drained by a synchronize; an "
+                        "asynchronous device's error is the item's that caused it)")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 @pytest.fixture(scope="session")

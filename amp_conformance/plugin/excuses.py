@@ -28,13 +28,16 @@ from typing import Any
 import pytest
 import torch
 
+from amp_conformance.core import sync
 from amp_conformance.core.casting import hand_cast, settle
 from amp_conformance.core.errors import first_line, headline, same_way, signature
-from amp_conformance.core.state import AutocastState, grad_and_dtype_restored
-from amp_conformance.plugin.items import EXCUSE_PROPERTY
+from amp_conformance.core.state import ItemState
+from amp_conformance.plugin.items import EXCUSE_PROPERTY, START_STATE
 from amp_conformance.plugin.session_settings import settings
 
 _PROOF = pytest.StashKey["Proof"]()
+#: what draining the device after the item's failure found: its errors, and whether clean
+_DRAINED = pytest.StashKey[tuple]()
 
 
 @dataclass(frozen=True)
@@ -77,15 +80,45 @@ def _raised(thunk: Callable[[], Any]) -> BaseException | None:
 
 def _rerun(item: pytest.Item, device: str) -> BaseException | None:
     """What the item raises run again with the device's autocast disabled (None: it
-    passes); its state restored, its warnings nobody's."""
-    before = AutocastState.capture(device)
-    with grad_and_dtype_restored(), warnings.catch_warnings():
+    passes), its warnings nobody's (call inside :func:`clean_start`)."""
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            with autocast_disabled(device):
-                return _raised(item.runtest)
-        finally:
-            before.restore()
+        with autocast_disabled(device):
+            return _raised(item.runtest)
+
+
+class DirtyDevice(Exception):
+    """The device does not come back clean: no proof can run on it."""
+
+
+@contextlib.contextmanager
+def clean_start(item: pytest.Item, device: str) -> Iterator[None]:
+    """Inside: the device synchronized (its pending errors drained) and the state the item
+    started from put back, so a proof runs as the item ran, never in what its failure left
+    (a device in an error state, a leaked grad mode); after: the state as the failure left
+    it, for the isolation to name. DirtyDevice where the device reported an error (the
+    item's), keeps failing, or fails after the proof's own calls."""
+    left = ItemState.capture(device)
+    if _DRAINED not in item.stash:  # once per item: a second proof finds it drained
+        item.stash[_DRAINED] = sync.recover(device)
+    errors, clean = item.stash[_DRAINED]
+    if not clean:
+        raise DirtyDevice(f"{device} still reports an error after {len(errors)} synchronizes "
+                          f"({_said(errors[-1])}): no proof can run on it")
+    if errors:  # the item's own: its run left the device failing
+        raise DirtyDevice(f"{device} reported an error after the item failed ({_said(errors[0])}"
+                          "): an item that leaves its device failing is never excused")
+    start = item.stash.get(START_STATE, None)
+    if start is not None:
+        start.restore()
+    try:
+        yield
+    finally:
+        late = sync.pending(device)  # what the proof's own calls left is the proof's
+        left.restore()
+        if late is not None:
+            raise DirtyDevice(f"{device} reported an error after the proof's calls "
+                              f"({_said(late)})")
 
 
 def _entry_calls(case: Any, device: str) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -108,6 +141,16 @@ def proof(item: pytest.Item, call: pytest.CallInfo) -> Proof:
     if call.when != "call" or call.excinfo is None:
         return Proof(False, f"it failed in its {call.when}, which cannot be run again alone")
     error, device = call.excinfo.value, settings(item.config).device
+    try:
+        with clean_start(item, device):
+            found = _proved(item, device, error)
+    except DirtyDevice as exc:
+        found = Proof(False, str(exc))
+    item.stash[_PROOF] = found
+    return found
+
+
+def _proved(item: pytest.Item, device: str, error: BaseException) -> Proof:
     case = (getattr(getattr(item, "callspec", None), "params", {}) or {}).get("amp_case")
     found = None
     if case is not None:
@@ -133,7 +176,6 @@ def proof(item: pytest.Item, call: pytest.CallInfo) -> Proof:
             found = Proof(False, f"run again with autocast disabled on {device}, it fails "
                                  f"otherwise ({_said(again)}): nothing shows "
                                  "the failure is not autocast's")
-    item.stash[_PROOF] = found
     return found
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import torch
 
+from amp_conformance.core import sync
 from amp_conformance.core.errors import describe_error, headline, release_frames
 from amp_conformance.plugin import quarantine, vendor
 from amp_conformance.plugin.items import LOST_PROPERTY, has_conformance_items, is_conformance
@@ -60,6 +61,9 @@ class Health:
 
     probe: Callable[[], None] | None
     patterns: tuple[re.Pattern[str], ...]
+    #: what the probe raised once after the last item, the device usable again: an error
+    #: the device reported late, which is that item's
+    late: BaseException | None = None
 
     def loss(self, failure: str | None, release: Callable[[], None] = lambda: None
              ) -> str | None:
@@ -68,18 +72,20 @@ class Health:
         tried again after ``release`` (the failed item's frames let go): a lazy device
         (XLA) runs the pending graph of every live tensor at the next read, so the tensors
         of a graph that failed, while the failure holds them, fail the probe too."""
+        self.late = None
         if self.probe is None:
             said = bool(failure) and any(p.search(failure) for p in self.patterns)
             return f"the item raised {headline(failure)[:300]}" if said else None
         try:
             self.probe()
-        except Exception:  # noqa: BLE001 - judged on the second try
+        except Exception as first:  # noqa: BLE001 - judged on the second try
             release()
             try:
                 self.probe()
             except Exception as exc:  # noqa: BLE001 - whatever it raises, the device is gone
                 raised = f"; the item raised {headline(failure)[:300]}" if failure else ""
                 return f"the device health probe raised {describe_error(exc, 300)}{raised}"
+            self.late = first  # usable again: an error the device reported late, the item's
         return None
 
 
@@ -128,11 +134,7 @@ def _works(fn: Callable[[], Any]) -> bool:
 def default_probe(device: str) -> Callable[[], None] | None:
     """A synchronize (``torch.accelerator``'s, else the device module's) and a tiny op on
     ``device``, each kept only if it works now, before any item ran; None if nothing does."""
-    module = getattr(torch, device, None)
-    syncs = [getattr(module, "synchronize", None)]
-    if torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == device:
-        syncs.insert(0, torch.accelerator.synchronize)
-    sync = next((s for s in syncs if callable(s) and _works(s)), None)
+    synchronize = sync.synchronizer(device)
 
     def tiny() -> None:
         (torch.ones(1, device=device) + 1).cpu()
@@ -141,8 +143,8 @@ def default_probe(device: str) -> Callable[[], None] | None:
         return None
 
     def probe() -> None:
-        if sync is not None:
-            sync()
+        if synchronize is not None:
+            synchronize()
         tiny()
 
     return probe
@@ -310,6 +312,8 @@ class Watch:
             reason = self.health.loss(_failure(call), _release(call))
             if reason is not None:
                 self._lost(item, report, reason)
+            elif self.health.late is not None:
+                _late(item, report, self.health.late)
         return report
 
     def _lost(self, item: pytest.Item, report: pytest.TestReport, reason: str) -> None:
@@ -334,6 +338,18 @@ class Watch:
         on = f" on {worker}" if worker else ""
         item.session.shouldfail = (f"{STOP} during {item.nodeid}{on}: the run stops "
                                    f"(exit status {DEVICE_LOST})")
+
+
+def _late(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
+    """Fail the item whose device reported an error after it ran (its own, reported late)."""
+    before = f"\n\n{report.longreprtext}" if report.failed else ""
+    report.outcome = "failed"
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+    report.longrepr = (f"the device reported an error after {item.nodeid} ran: "
+                       f"{describe_error(error, 300)} (drained by the health probe's "
+                       "synchronize; an asynchronous device's error is the item's that caused "
+                       f"it){before}")
 
 
 class Observer:

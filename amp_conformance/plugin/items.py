@@ -32,6 +32,11 @@ LOST_PROPERTY = "amp_device_lost"
 EXCUSE_PROPERTY = _EXCUSE
 
 
+#: the state a conformance item started from (plugin's isolation fixture), where an
+#: excuse's proof starts from (plugin.excuses)
+START_STATE = pytest.StashKey[object]()
+
+
 def check_of(item: pytest.Item) -> str | None:
     """The check an item performs, or None for an item that is no conformance item."""
     marker = item.get_closest_marker(MARKER)

@@ -179,10 +179,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
         return report
     declared = declarations(item.config).capabilities.values
     wanted = needs(item)
+    try:  # a probe runs as the item started, never in what its failure left
+        with excuses.clean_start(item, run.device):
+            evidence_of = {limit.capability: shown(limit, run.device) for limit in LIMITS
+                           if limit.capability not in declared}
+    except excuses.DirtyDevice:
+        return report  # no limit can be told on it: the proof says why (or the failure stands)
     for limit in LIMITS:
-        if limit.capability in declared:
-            continue
-        evidence = shown(limit, run.device)
+        evidence = evidence_of.get(limit.capability)
         if evidence is None:
             continue
         if limit.capability in wanted or _probe_failure(call.excinfo.value, evidence):

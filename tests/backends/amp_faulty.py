@@ -22,6 +22,18 @@ amp_faulty`` (``examples/fakegpu`` and this folder on the path):
   and give float32), and the device's bmm rounds otherwise than its mm without autocast;
 - ``abs_half``: the device's ``abs`` runs in float32 only (printing a float16 tensor
   calls it), and mm's autocast kernel is a little off, so items fail and build messages.
+
+And faults of state, which a proof that reruns in what the failure left would excuse:
+
+- ``error_state``: mm's autocast kernel makes an illegal memory access on an 8x8 operand,
+  and, as a real accelerator does, the device stays in that error state until it is
+  synchronized (which raises it once): every later kernel raises it, naming itself (the
+  item's read-back, ``aten::_to_copy``, a tool kernel the device seems to lack);
+- ``error_twice``: the same, the error state surviving the first synchronize;
+- ``error_sticky``: the same, the device never coming back;
+- ``grad_leak``: the autocast casts turn grad mode off and never back on;
+- ``late_error``: mm's autocast kernel gives right values on an 8x8 operand, but the
+  device reports an error for it at the next synchronize, as an asynchronous device does.
 """
 
 from __future__ import annotations
@@ -33,14 +45,20 @@ from typing import Any
 
 import torch
 
-FAULTS = ("lowering", "own_words", "mul_raises", "detach", "vmap_bmm", "abs_half")
+FAULTS = ("lowering", "own_words", "mul_raises", "detach", "vmap_bmm", "abs_half",
+          "error_state", "error_twice", "error_sticky", "grad_leak", "late_error")
+#: the faults of an error state: how many synchronizes it survives
+_STATE = {"error_state": 0, "error_twice": 1, "error_sticky": 10 ** 9}
 CHOSEN = [f for f in os.environ.get("AMP_FAULT", "").split(",") if f]
 unknown = sorted(set(CHOSEN) - set(FAULTS))
 if unknown:
     raise ValueError(f"AMP_FAULT: no such fault {unknown}; the faults: {', '.join(FAULTS)}")
 
-_DROP = {"lowering": "mm", "own_words": "mm", "vmap_bmm": "bmm", "abs_half": "mm"}
-_NO_KERNEL = {"lowering": "fused_gemm"}
+_DROP = {"lowering": "mm", "own_words": "mm", "vmap_bmm": "bmm", "abs_half": "mm",
+         "error_state": "mm", "error_twice": "mm", "error_sticky": "mm", "late_error": "mm"}
+# an error state reaches every kernel: the device's fallback looks its kernel up per call
+_NO_KERNEL = {"lowering": "fused_gemm", **dict.fromkeys([*_STATE, "late_error"],
+                                                         "amp_faulty_no_such_op")}
 for variable, table in (("FAKEGPU_DROP_AUTOCAST", _DROP), ("FAKEGPU_NO_KERNEL", _NO_KERNEL)):
     names = [table[f] for f in CHOSEN if f in table]
     if names:
@@ -108,6 +126,64 @@ def _float32_abs(x: torch.Tensor) -> torch.Tensor:
     return device.run_on_host(torch.ops.aten.abs.default, x)
 
 
+ILLEGAL = "fakegpu: an illegal memory access was encountered"
+
+
+class _Device:
+    """The device's error state (a failed kernel's error, and how many synchronizes it
+    survives) and the error it will report late."""
+
+    error: str | None = None
+    survives = 0
+    late: str | None = None
+
+
+def _guarded(kernel: Any) -> Any:
+    def run(op: Any, *args: Any, **kwargs: Any) -> Any:
+        if _Device.error is not None:
+            raise FakeGpuError(f"fakegpu: {op._schema.name} failed: {_Device.error}")
+        return kernel(op, *args, **kwargs)
+    return run
+
+
+def _synchronize(device: Any = None) -> None:
+    if _Device.late is not None:
+        late, _Device.late = _Device.late, None
+        raise FakeGpuError(late)
+    if _Device.error is not None:
+        error = _Device.error
+        if _Device.survives > 0:
+            _Device.survives -= 1
+        else:
+            _Device.error = None
+        raise FakeGpuError(f"fakegpu: {error}")
+
+
+def _illegal_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    with torch._C._ExcludeDispatchKeyGuard(_BELOW):
+        out = torch.mm(_lower(a), _lower(b))
+    if a.shape == (8, 8):
+        _Device.error = "an illegal memory access was encountered"
+        _Device.survives = next(_STATE[f] for f in CHOSEN if f in _STATE)
+    return out
+
+
+def _late_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.shape == (8, 8):
+        _Device.late = f"{ILLEGAL} (aten::mm, reported late)"
+    with torch._C._ExcludeDispatchKeyGuard(_BELOW):
+        return torch.mm(_lower(a), _lower(b))
+
+
+def _grad_leaking_cast(value: Any, dtype: torch.dtype) -> Any:
+    if policy.is_eligible(value) and value.dtype != dtype:
+        torch.set_grad_enabled(False)
+    return _cast(value, dtype)
+
+
+_cast = policy.cast
+
+
 def register() -> None:
     if "lowering" in CHOSEN:
         ops = torch.library.Library("amp_faulty", "DEF")
@@ -117,7 +193,8 @@ def register() -> None:
     autocast = torch.library.Library("aten", "IMPL")
     for fault, op, kernel in (("lowering", "mm", _lowering), ("own_words", "mm", _own_words),
                               ("mul_raises", "mul.Tensor", _mul_raises),
-                              ("abs_half", "mm", _off_mm)):
+                              ("abs_half", "mm", _off_mm), ("late_error", "mm", _late_mm),
+                              *((f, "mm", _illegal_mm) for f in _STATE)):
         if fault in CHOSEN:
             autocast.impl(op, kernel, KEY)
     _libraries.append(autocast)
@@ -129,6 +206,11 @@ def register() -> None:
     _libraries.append(kernels)
     if "detach" in CHOSEN:
         policy.cast = _detaching_cast
+    if "grad_leak" in CHOSEN:
+        policy.cast = _grad_leaking_cast
+    if {*_STATE, "late_error"} & set(CHOSEN):
+        device.run_on_host = _guarded(device.run_on_host)
+        device.FakeGpuModule.synchronize = staticmethod(_synchronize)
 
 
 register()

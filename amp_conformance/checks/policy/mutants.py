@@ -221,3 +221,38 @@ register(Mutant(
            "prioritize-mixed-lower-precision",
     select="test_policy and cat",
 ))
+
+
+# -- state left behind: what an autocast kernel changes and forgets fails the item, and no
+# excuse's proof runs in it (plugin/__init__.py's isolation, plugin/excuses.py)
+
+
+def _leaves(flag: Callable[[], None]) -> Callable[[Callable], Callable]:
+    def factory(redispatch: Callable) -> Callable:
+        def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            out = redispatch(*_cast_all((a, b), torch.get_autocast_dtype("cpu"),
+                                        lambda t: is_eligible(t, "cpu")))
+            flag()
+            return out
+        return mm
+    return factory
+
+
+register(Mutant(
+    name="mm-leaks-grad-mode",
+    description="mm's AutocastCPU kernel casts right, then turns grad mode off and never back "
+                "on (a backend's cast path that forgets a guard)",
+    apply=lambda: override_kernel("mm", "AutocastCPU",
+                                  _leaves(lambda: torch.set_grad_enabled(False))),
+    expect=("state leaked by", "grad mode: True before, False after"),
+    select="test_policy and torch_16-mm",
+))
+register(Mutant(
+    name="mm-leaks-deterministic",
+    description="mm's AutocastCPU kernel casts right, then turns deterministic algorithms on "
+                "for the rest of the process",
+    apply=lambda: override_kernel("mm", "AutocastCPU",
+                                  _leaves(lambda: torch.use_deterministic_algorithms(True))),
+    expect=("state leaked by", "deterministic algorithms: False before, True after"),
+    select="test_policy and torch_16-mm",
+))
