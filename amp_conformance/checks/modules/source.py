@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from amp_conformance.checks import installed
 from amp_conformance.core import rng
 from amp_conformance.core.casting import map_tensors
 from amp_conformance.core.errors import describe_error
@@ -150,16 +151,8 @@ def _from_entry(entry: ModuleEntry, target: Target, amp_dtype: torch.dtype, seed
 
 def check_installed() -> None:
     """module_db's module and expecttest are installed, without importing them (an xdist
-    controller's check: it runs no item)."""
-    import importlib.util
-
-    for name in (MODULE_DB, "expecttest"):
-        try:
-            found = importlib.util.find_spec(name)
-        except ImportError as exc:
-            raise _unavailable(exc) from None
-        if found is None:
-            raise _unavailable(ModuleNotFoundError(f"No module named {name!r}"))
+    controller's check: :mod:`amp_conformance.checks.installed`)."""
+    installed.check_installed((MODULE_DB, "expecttest"), _unavailable)
 
 
 def _unavailable(exc: BaseException) -> ModuleDbUnavailable:

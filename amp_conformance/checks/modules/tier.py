@@ -26,9 +26,9 @@ class ModulesTier(Tier):
     options = {
         "--amp-modules": dict(
             dest="amp_modules", action="store_true", default=False,
-            help="also run every input of every ModuleInfo of PyTorch's module_db, in train "
-                 "and eval, with grad, under no_grad and inference_mode, under the device's "
-                 "autocast against the declared policy; opt-in (needs expecttest)"),
+            help="also run every ModuleInfo of PyTorch's module_db (its first inputs for "
+                 "train and eval), with grad, under no_grad and inference_mode, under the "
+                 "device's autocast against the declared policy; opt-in (needs expecttest)"),
         "--amp-modules-inputs": dict(
             dest="amp_modules_inputs", default=None, metavar="N|all",
             help="how many of each ModuleInfo's inputs the --amp-modules tier judges, for "

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from amp_conformance.checks import installed
 from amp_conformance.core import rng
 from amp_conformance.core.errors import describe_error
 
@@ -56,16 +57,8 @@ def _unavailable(exc: BaseException) -> OpDbUnavailable:
 
 def check_installed() -> None:
     """op_db's module and what it needs are installed, without importing op_db (2.5 s
-    here): the check of an xdist controller, which runs no OpInfo item and would import it
-    only to check, before it starts its workers. Each worker imports it, as a serial run
-    does, and fails on any other import error."""
-    for name in (MODULE, *NEEDS):
-        try:
-            found = importlib.util.find_spec(name)
-        except ImportError as exc:
-            raise _unavailable(exc) from None
-        if found is None:
-            raise _unavailable(ModuleNotFoundError(f"No module named {name!r}"))
+    here): the check of an xdist controller (:mod:`amp_conformance.checks.installed`)."""
+    installed.check_installed((MODULE, *NEEDS), _unavailable)
 
 
 @functools.cache
