@@ -85,6 +85,34 @@ def test_a_refused_registration_fails_quoting_torch_and_leaves_nothing(monkeypat
     _nothing_left(torch.bfloat16)
 
 
+def _refuse_every_device(monkeypatch):
+    def refuse(op, device_type, cast_inputs, **kwargs):
+        raise ValueError(f"Unknown device type: {device_type}")
+
+    monkeypatch.setattr(torch.library, "register_autocast", refuse)
+
+
+def test_a_refusal_before_the_routes_release_is_shown_not_applicable(monkeypatch):
+    """On a torch that predates the route for the device the item is skipped only on the
+    refusal itself, quoted; the same torch registering it runs the item."""
+    route = ops.by_name("register_autocast")
+    monkeypatch.setitem(ops.REGISTER_AUTOCAST, "cpu", "99.0")
+    check.check_forward(CPU, route, torch.bfloat16)  # registers: held to the rule
+    _refuse_every_device(monkeypatch)
+    with pytest.raises(ops.Unavailable) as caught:
+        check.check_forward(CPU, route, torch.bfloat16)
+    assert "from torch 99.0 on" in str(caught.value)
+    assert "registering raised ValueError: Unknown device type: cpu" in str(caught.value)
+    _nothing_left(torch.bfloat16)
+
+
+def test_a_refusal_from_the_routes_release_on_is_a_failure(monkeypatch):
+    _refuse_every_device(monkeypatch)
+    with pytest.raises(ConformanceFailure, match="torch refused to register"):
+        check.check_backward(CPU, ops.by_name("register_autocast"), torch.float16)
+    _nothing_left(torch.float16)
+
+
 MINE = sorted(n for n, m in mutants().items() if m.family == "custom_ops" and not m.fake)
 
 

@@ -17,12 +17,12 @@ ROUTES = pytest.mark.parametrize("route", ops.ROUTES, ids=[r.name for r in ops.R
 def test_custom_op_autocast(amp_settings, amp_target, amp_dtype, route):
     """Inside a region the op receives its rule's dtypes (only eligible tensors cast) and
     returns the cast dtype, equal to the op called with autocast off on inputs cast by hand
-    (dtypes only under --fake); a refused registration fails quoting torch's message."""
-    gap = route.version_gap(amp_target.device)
-    if gap:
-        pytest.skip(gap)
+    (dtypes only under --fake); a refused registration fails quoting torch's message, unless
+    the running torch predates the route for the device (skipped, the refusal quoted)."""
     try:
         check.check_forward(amp_target, route, amp_dtype, amp_settings.numerics)
+    except ops.Unavailable as exc:
+        pytest.skip(str(exc))
     except Exception as exc:
         limit = fake_casts.not_applicable(exc) if amp_target.fake else None
         if limit is None:
@@ -35,7 +35,10 @@ def test_custom_op_autocast(amp_settings, amp_target, amp_dtype, route):
 def test_custom_op_backward(amp_settings, amp_target, amp_dtype, route):
     """Backward outside the region gives each input its gradient, in its dtype, equal to
     the hand-cast control's."""
-    reason = route.version_gap(amp_target.device) or fake_autograd_reason(amp_target)
+    reason = fake_autograd_reason(amp_target)
     if reason:
         pytest.skip(reason)
-    check.check_backward(amp_target, route, amp_dtype, amp_settings.numerics)
+    try:
+        check.check_backward(amp_target, route, amp_dtype, amp_settings.numerics)
+    except ops.Unavailable as exc:
+        pytest.skip(str(exc))

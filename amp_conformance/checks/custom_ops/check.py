@@ -80,11 +80,16 @@ def _where(route: Route, target: Target, amp_dtype: torch.dtype) -> str:
 def _registered(route: Route, target: Target, amp_dtype: torch.dtype
                 ) -> Iterator[dict[str, ops.Op]]:
     """The item's ops with their rules; a refused registration is the item's failure,
-    quoting what torch raised."""
+    quoting what torch raised, or on a release before the route's (:class:`ops.Unavailable`)
+    its proof of not applying."""
     try:
         with ops.registered(route, target.device, casts(amp_dtype)) as registered:
             yield registered
     except ops.Refused as exc:
+        gap = route.version_gap(target.device)
+        if gap:
+            raise ops.Unavailable(f"{gap}; registering raised "
+                                  f"{describe_error(exc.__cause__)}") from exc.__cause__
         raise ConformanceFailure(
             f"{_where(route, target, amp_dtype)}: torch refused to register the rule for "
             f"{target.device!r}: {describe_error(exc.__cause__)} (from torch 2.13 on it "

@@ -75,6 +75,11 @@ class Refused(Exception):
     """torch raised registering the rule; ``__cause__`` is what it raised."""
 
 
+class Unavailable(Exception):
+    """torch refused the route on a release before the one that brought its API to the
+    device type: not applicable, shown by the refusal itself (quoted)."""
+
+
 def _custom_op(stack: contextlib.ExitStack, qualname: str) -> torch.library.CustomOpDef:
     """``qualname`` defined with ``torch.library.custom_op``, undefined when ``stack`` closes
     (the custom op's own library, which holds every registration made through it)."""
