@@ -68,7 +68,8 @@ def test_scenario_table_is_well_formed():
     for s in regions.SCENARIOS:
         assert s.exercises and s.calls and s.graphs[0] <= s.graphs[1], s.name
         assert s.needs <= {"inner", "other", "legacy"}, s.name
-        assert all(k[0] in (*backends.BITWISE, "inductor", "*") for k in s.known)
+        assert all(k[0] in (*backends.BITWISE, "inductor", "*")
+                   or k[0] in {regions.EXPORT + m for m in export.MODES} for k in s.known)
         # each known defect is recorded, saying where it was seen
         assert all(k[1] in defect_registry() and "seen on" in defect_registry()[k[1]].summary
                    for k in s.known), s.name
@@ -210,7 +211,8 @@ def test_mutants_of_the_compile_tier_are_registered():
                     "compile-break-runs-without-region", "export-region-error-swallowed",
                     "export-strict-region-error-swallowed", "compile-decorated-call-breaks-graph",
                     "compile-legacy-context-breaks-graph",
-                    "compile-cache-key-ignores-autocast-dtype"}
+                    "compile-cache-key-ignores-autocast-dtype",
+                    "export-non-strict-drops-regions"}
 
 
 # -- torch.export ----------------------------------------------------------------------
@@ -288,8 +290,40 @@ def test_device_without_compile_support_skips_the_family(pytester, tmp_path):
     caps.write_text("[capabilities]\ncompile = false\n[reasons]\ncompile = \"no dynamo\"\n")
     result = pytester.runpytest(*SUITE, f"--capabilities={caps}", "-rs", "-k",
                                 "export or (inner_region] and eager)")
-    result.assert_outcomes(skipped=10)  # export: keeps regions, region raises (x2); per dtype
+    # per dtype: export keeps regions, region raises (x2); per mode: the default scenarios
+    result.assert_outcomes(skipped=10 + 2 * len(export.DEFAULT_SCENARIOS))
     result.stdout.fnmatch_lines(["*device declares no torch.compile support (no dynamo)*"])
+
+
+@pytest.mark.parametrize("mode", list(export.MODES))
+def test_the_default_scenarios_export_as_eager_or_show_a_recorded_defect(mode):
+    recorded = {export.CACHE_DEFECT, export.DECOMPOSITION_DEFECT}
+    for name in export.DEFAULT_SCENARIOS:
+        before = AutocastState.capture("cpu")
+        shown = export.check_scenario_export(regions.by_name(name), CPU, torch.bfloat16, mode)
+        assert set(shown) <= recorded, name
+        assert not before.diff(AutocastState.capture("cpu"))
+    # the decomposition, called inside a region, loses the enabled=False region it held
+    assert export.DECOMPOSITION_DEFECT in export.check_scenario_export(
+        regions.by_name("disabled_region_under_ambient"), CPU, torch.bfloat16, mode)
+
+
+def test_a_region_lost_in_one_export_mode_is_caught_there_only():
+    inner = regions.by_name("inner_region")
+    with _mutated("export-non-strict-drops-regions"):
+        with pytest.raises(ConformanceFailure, match="the exported program vs eager"):
+            export.check_scenario_export(inner, CPU, torch.bfloat16, "non_strict")
+        export.check_scenario_export(inner, CPU, torch.bfloat16, "strict")
+
+
+def test_a_defect_every_compile_backend_shows_is_not_an_exports():
+    stale = regions.by_name("dtype_change_while_disabled")
+    assert stale.known_defect("eager", "2.13.0") is not None
+    assert stale.known_defect(regions.EXPORT + "strict", "2.13.0") is None
+    swallowed = regions.by_name("error_at_graph_break")
+    assert swallowed.known_defect(regions.EXPORT + "non_strict", "2.8.0") is not None
+    assert swallowed.known_defect(regions.EXPORT + "non_strict", "2.9.0") is None
+    assert swallowed.known_defect("eager", "2.8.0") is None
 
 
 def test_a_known_defect_fixed_since_applies_before_its_release_only():

@@ -5,6 +5,8 @@ compiled tier: the compiled_policy family).
   amp dtype, backend (eager and aot_eager always; the ``--amp-compile`` backend too) and
   scenario; a scenario that shows a known upstream defect is a strict xfail naming it.
 - ``test_export_keeps_regions``: torch.export keeps the regions and runs them as eager.
+- ``test_export_region``: every scenario through torch.export, strict and non-strict, its
+  program and core-ATen decomposition against eager.
 - ``test_export_region_raises``: an exception raised in a region reaches the caller of
   torch.export unchanged (strict and non-strict), the autocast state restored.
 - ``test_compiled_policy``: opt-in (``--amp-compile BACKEND``), per op-list entry.
@@ -71,6 +73,29 @@ def test_export_region_raises(amp_target, amp_dtype, strict, record_property):
     if defects.registry()[export.DEFECTS[strict]].applies():
         record_property(defects.PROPERTY, defects.record_of(
             export.DEFECTS[strict], defects.REPRODUCED if reproduced else defects.FIXED))
+
+
+@pytest.mark.amp_check("compile_regions")
+def test_export_region(amp_settings, amp_target, amp_device, export_mode, export_scenario,
+                       record_property):
+    """The scenario exported (strict or non-strict) in each of its ambient states, with the
+    run's first amp dtype (the other one is the scenarios' "other"): the program and its
+    core-ATen decomposition, run in that state, give eager's outputs, observed state and
+    exceptions, the state restored; a departure that PyTorch's recorded defect accounts
+    for, shown on the call itself, is recorded as reproduced."""
+    amp_dtype = amp_settings.amp_dtypes[0]
+    if amp_target.fake:
+        pytest.skip(f"not applicable in --fake mode: torch.export traces torch.autocast("
+                    f"{amp_target.device!r}), which refuses the absent device")
+    reason = export.not_applicable(export_scenario, amp_target, amp_dtype, export_mode)
+    if reason:
+        pytest.skip(reason)
+    blocked = compiling.compiles_nothing() if export_mode == "strict" else None
+    if blocked:  # strict export traces with dynamo
+        pytest.skip(blocked)
+    for defect in export.check_scenario_export(export_scenario, amp_target, amp_dtype,
+                                               export_mode, amp_settings.numerics):
+        record_property(defects.PROPERTY, defects.record_of(defect, defects.REPRODUCED))
 
 
 @pytest.mark.amp_check("compiled_policy")

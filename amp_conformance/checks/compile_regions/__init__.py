@@ -3,7 +3,8 @@
 inside compiled code, legacy, every call form, graph break, exception, ambient changes, a
 fresh compile in another region reaching the AOTAutograd cache), each run eagerly and
 compiled call by call (with ``fullgraph=True`` where the function does not break the graph
-on purpose), and ``export``: regions kept by torch.export run as eager does."""
+on purpose), and ``export``: the scenarios exported strict and non-strict, their programs
+and core-ATen decompositions run as eager does."""
 
 from amp_conformance.core.registry import Check
 
@@ -11,12 +12,18 @@ CHECKS = (
     Check("compile_regions", "autocast regions traced by torch.compile (inside, around, "
           "nested, decorator, decorated functions and methods called inside, legacy, every "
           "call form, graph break, a break that computes, exception, ambient changes, a fresh "
-          "compile in another region) and kept by torch.export give eager's dtypes, values "
-          "and state, compiled with fullgraph=True unless they break the graph on purpose; an "
-          "exception raised in an exported region reaches the caller unchanged",
+          "compile in another region) give eager's dtypes, values and state, compiled with "
+          "fullgraph=True unless they break the graph on purpose; exported strict and "
+          "non-strict, the program and its core-ATen decomposition do too; an exception "
+          "raised in an exported region reaches the caller unchanged",
           capability="compile"),
 )
 
-from amp_conformance.checks.compile_regions.collect import FIXTURES, params  # noqa: E402
+from amp_conformance.checks.compile_regions.collect import (  # noqa: E402
+    EXPORT_FIXTURES,
+    FIXTURES,
+    export_params,
+    params,
+)
 
-PARAMS = {FIXTURES: params}
+PARAMS = {FIXTURES: params, EXPORT_FIXTURES: export_params}

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from amp_conformance.checks import compiling
-from amp_conformance.checks.compile_regions import regions
+from amp_conformance.checks.compile_regions import export, regions
 from amp_conformance.core.errors import ConformanceFailure
 
 FIXTURES = ("compile_backend", "scenario")
+EXPORT_FIXTURES = ("export_mode", "export_scenario")
 
 
 def scenario_params(backend_names: tuple[str, ...]) -> list[Any]:
@@ -35,3 +36,21 @@ def params(metafunc: Any, settings: Any) -> list[Any]:
     names = compiling.REGION_BACKENDS + (
         (chosen,) if chosen and chosen not in compiling.REGION_BACKENDS else ())
     return scenario_params(names)
+
+
+def export_params(metafunc: Any, settings: Any) -> list[Any]:
+    """One param per (export mode, scenario): ``<device>-<mode>-<scenario>``, every
+    scenario in the compiled tier (``--amp-compile``), :data:`export.DEFAULT_SCENARIOS`
+    otherwise; a known upstream defect is a strict xfail naming it."""
+    every = settings.compile_backend is not None
+    params = []
+    for mode in export.MODES:
+        for scenario in regions.SCENARIOS:
+            if not every and scenario.name not in export.DEFAULT_SCENARIOS:
+                continue
+            known = scenario.known_defect(regions.EXPORT + mode)
+            marks = [pytest.mark.xfail(strict=True, raises=ConformanceFailure, reason=known)
+                     ] if known else []
+            params.append(pytest.param(mode, scenario, id=f"{mode}-{scenario.name}",
+                                       marks=marks))
+    return params

@@ -22,10 +22,12 @@ names the module's exception (an unrelated error still fails).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from amp_conformance.checks.compile_regions import regions
 from amp_conformance.core.compare import compare
 from amp_conformance.core.errors import ConformanceFailure, describe_error
 from amp_conformance.core.state import AutocastState, unchanged_autocast_state
@@ -191,3 +193,130 @@ def check_export_raises(target: Target, dtype: torch.dtype, other: torch.dtype |
         raise ConformanceFailure(f"{where}: the export raised {said}, expected the module's "
                                  f"own {describe_error(eager)}")
     return known
+
+
+# -- every region scenario, exported -------------------------------------------------------
+
+#: the modes of torch.export, by item id
+MODES = {"non_strict": False, "strict": True}
+#: the scenarios the default run exports (a region in the module, a region nested in it, a
+#: region inside the one the program is called in); the compiled tier exports every one
+DEFAULT_SCENARIOS = ("inner_region", "other_dtype_subregion", "disabled_region_under_ambient")
+CACHE_DEFECT = "export-non-strict-traces-cache-off"
+DECOMPOSITION_DEFECT = "export-decomposition-drops-regions"
+
+
+def _encode(value: Any) -> Any:
+    """A scenario's output as export returns it: tensors only (an observed flag as a bool
+    tensor, an observed dtype as an empty tensor of it)."""
+    if isinstance(value, torch.dtype):
+        return torch.empty(0, dtype=value)
+    if isinstance(value, bool):
+        return torch.tensor(value)
+    return value
+
+
+class Scenario(torch.nn.Module):
+    """A region scenario's body as a module export takes."""
+
+    def __init__(self, body: Any):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.utils._pytree.tree_map(_encode, self.body(x))
+
+
+def _cache_off(module: torch.nn.Module) -> Any:
+    """``module`` called with autocast's cast cache off, as non-strict export traces it."""
+    def call(x: torch.Tensor) -> Any:
+        previous = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(False)
+        try:
+            return module(x)
+        finally:
+            torch.set_autocast_cache_enabled(previous)
+    return call
+
+
+def _export(module: torch.nn.Module, x: torch.Tensor, strict: bool) -> tuple[Any, Any]:
+    """The exported program and its core-ATen decomposition, both made in the caller's
+    autocast state (as one user step)."""
+    program = torch.export.export(module, (x,), strict=strict)
+    return program, program.run_decompositions()
+
+
+def not_applicable(scenario: regions.Scenario, target: Target, dtype: torch.dtype,
+                   mode: str) -> str | None:
+    """Why the scenario is not exported in ``mode`` here, or None: its own refusal, or what
+    it needs of the device (an export is always fresh: no compile cache, no backend)."""
+    return scenario.export_refusal(mode) or regions.not_applicable(
+        replace(scenario, recompile=False, backends=()), target, dtype, "eager")
+
+
+def check_scenario_export(scenario: regions.Scenario, target: Target, dtype: torch.dtype,
+                          mode: str, numerics: str = "bitwise") -> list[str]:
+    """Export the scenario in each of its ambient states (``mode``: a key of :data:`MODES`),
+    run the program and its core-ATen decomposition in that state: eager's outputs, observed
+    state and exceptions, the state restored. Returns the reference defects reproduced
+    (:data:`CACHE_DEFECT`, :data:`DECOMPOSITION_DEFECT`), each shown on the call itself."""
+    env = regions.Env(target, dtype, regions.other_dtype(target, dtype))
+    where = (f"compile_regions scenario {scenario.name!r} ({scenario.exercises}) through "
+             f"torch.export ({mode.replace('_', '-')}), device {target}, amp dtype {dtype}")
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(0)).to(target.device)
+    reproduced: list[str] = []
+    calls = tuple(dict.fromkeys(scenario.calls))  # each export is fresh: no guard to revisit
+    for i, ambient in enumerate(calls, 1):
+        module = Scenario(scenario.build(env))
+        eager = regions._call(module, x, ambient, env)
+        exported = regions._call(lambda t, m=module: _export(m, t, MODES[mode]), x, ambient, env)
+        problems = []
+        if exported.leaked:
+            problems.append("autocast state changed by the export: " + "; ".join(exported.leaked))
+        elif exported.error is not None:
+            if eager.error is None or type(exported.error) is not type(eager.error):
+                problems.append(f"the export raised {regions._first_line(exported.error)}, "
+                                f"eager {'raised ' + type(eager.error).__name__ if eager.error else 'ran'}")
+        else:
+            program, decomposed = exported.output
+            held = True
+            for name, runnable in (("the exported program", program),
+                                   ("its core-ATen decomposition", decomposed)):
+                got = regions._call(runnable.module(), x, ambient, env)
+                found = regions._compare_call(eager, got, scenario, numerics, target, what=name)
+                shown = _explained(mode, name, runnable, program, module, eager, got, x,
+                                   ambient, env, scenario, numerics, target,
+                                   held) if found else []
+                held = held and (not found or shown == [CACHE_DEFECT])
+                reproduced += shown
+                problems += [] if shown else found
+        if problems:
+            lines = "\n".join(f"  {p}" for p in problems)
+            raise ConformanceFailure(f"{where}:\n  call {i} of {len(calls)}, "
+                                     f"{ambient.name}:\n{lines}")
+    return sorted(set(reproduced))
+
+
+def _explained(mode: str, name: str, runnable: Any, program: Any, module: torch.nn.Module,
+               eager: Any, got: Any, x: torch.Tensor, ambient: Any, env: Any,
+               scenario: regions.Scenario, numerics: str, target: Target,
+               program_held: bool) -> list[str]:
+    """The reference defects that account for a departing call, each shown on the call
+    (empty: they do not, the failure stands). Non-strict export traced the regions with the
+    cast cache off: the program does what eager does with the cache off. The decomposition
+    dropped the regions: the exported program held them and ran as eager, the
+    decomposition holds none, and the call is made inside an enabled region, the one thing
+    that can cast their ops again."""
+    registry = defect_registry()
+    expected, shown = eager, []
+    if mode == "non_strict" and registry[CACHE_DEFECT].applies():
+        off = regions._call(_cache_off(module), x, ambient, env)
+        if regions._compare_call(eager, off, scenario, numerics, target, what=name):
+            expected, shown = off, [CACHE_DEFECT]
+    if not regions._compare_call(expected, got, scenario, numerics, target, what=name):
+        return shown
+    if (runnable is not program and program_held and ambient.region and ambient.enabled
+            and registry[DECOMPOSITION_DEFECT].applies()
+            and regions_in(program.graph_module) and not regions_in(runnable.graph_module)):
+        return [*shown, DECOMPOSITION_DEFECT]
+    return []

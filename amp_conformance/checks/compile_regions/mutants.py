@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from amp_conformance.checks.mutation import Mutant, Undo, patch, register
+from amp_conformance.checks.mutation import Mutant, Undo, patch, patches, register
 
 _SWAP = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}
 
@@ -128,6 +129,41 @@ def _export_swallows_region_error() -> Undo:
             return result
         return __exit__
     return patch(torch.amp.autocast_mode.autocast, "__exit__", make)()
+
+
+_TORCH = str(Path(torch.__file__).parent)
+
+
+def _tracing_non_strict() -> bool:
+    """Whether a region is entered by non-strict torch.export's trace of the user's code
+    (strict export, and a decomposition, enter the regions of a graph from torch's own
+    code)."""
+    caller = sys._getframe(2).f_code.co_filename
+    return (torch.compiler.is_exporting() and not torch.compiler.is_dynamo_compiling()
+            and not caller.startswith(_TORCH))
+
+
+def _non_strict_export_drops_regions() -> Undo:
+    """Non-strict torch.export traces through a module's torch.autocast regions without
+    entering them: its program runs their ops as if they were outside (strict export keeps
+    them)."""
+    def make_enter(original):
+        def __enter__(self):
+            if _tracing_non_strict():
+                self._amp_dropped = True
+                return self
+            return original(self)
+        return __enter__
+
+    def make_exit(original):
+        def __exit__(self, *args):
+            if vars(self).pop("_amp_dropped", False):
+                return False
+            return original(self, *args)
+        return __exit__
+    autocast = torch.amp.autocast_mode.autocast
+    return patches(patch(autocast, "__enter__", make_enter),
+                   patch(autocast, "__exit__", make_exit))()
 
 
 def _strict_export_swallows_region_error() -> Undo:
@@ -316,4 +352,13 @@ register(Mutant(
     expect=("compiled_policy: torch.mm", "compiled output dtypes"),
     select="test_compiled_policy and torch_16-mm",
     options=("--amp-compile", "aot_eager"),
+))
+register(Mutant(
+    name="export-non-strict-drops-regions",
+    description="non-strict torch.export traces through the module's autocast regions "
+                "without entering them: its program runs their ops outside the regions "
+                "(strict export keeps them)",
+    apply=_non_strict_export_drops_regions,
+    expect=("through torch.export (non-strict)", "the exported program vs eager"),
+    select="test_export_region and non_strict",
 ))

@@ -77,6 +77,10 @@ DEFAULT_OTHER = Ambient("outside any region, autocast dtype set to the other dty
                         default="other")
 
 
+#: how a scenario's ``known`` names a torch.export mode (``export-strict``, ``export-non_strict``)
+EXPORT = "export-"
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One row of the table.
@@ -90,9 +94,9 @@ class Scenario:
       ``"legacy"`` (a torch.<device>.amp.autocast entry point).
     - ``graphs``: bounds on the graphs dynamo compiles over all the calls; fewer than the
       lower bound means it fell back to eager and nothing compiled was checked.
-    - ``known``: (backend or ``"*"``, the id of a defect of ``oplists/defects.toml``) for
-      each upstream defect this scenario shows; before the defect's ``fixed`` release the
-      item is a strict xfail, so a fix is noticed.
+    - ``known``: (backend, ``"*"`` for every backend, or ``"export-<mode>"``, the id of a
+      defect of ``oplists/defects.toml``) for each upstream defect this scenario shows;
+      before the defect's ``fixed`` release the item is a strict xfail, so a fix is noticed.
     - ``backends``: the backends it runs with, where not every one.
     - ``recompile``: each call compiles the function afresh (dynamo reset in between) with
       PyTorch's compile caches on, in a folder of the check's own: what one compile left
@@ -115,13 +119,26 @@ class Scenario:
     #: the backends it runs with (all where empty): a scenario of dynamo's own bytecode
     #: handling (graph breaks) gains nothing from a second backend
     backends: tuple[str, ...] = ()
+    #: why torch.export cannot take it in a mode (``"strict"``, ``"non_strict"``), where it
+    #: cannot: strict export is dynamo with ``fullgraph=True``, so a scenario that breaks the
+    #: graph on purpose is exported non-strict only
+    unexportable: tuple[tuple[str, str], ...] = ()
+
+    def export_refusal(self, mode: str) -> str | None:
+        """Why the scenario is not exported in ``mode``, or None."""
+        if mode == "strict" and not self.fullgraph:
+            return ("not applicable: strict torch.export traces one whole graph with dynamo "
+                    "and this scenario breaks the graph on purpose (torch.compile's graph "
+                    "breaks); it is exported non-strict")
+        return dict(self.unexportable).get(mode)
 
     def known_defect(self, backend: str, version: str | None = None) -> str | None:
         """Why this scenario fails with ``backend`` on the running torch (or ``version``):
         the known upstream defect it shows there, or None."""
         for known_backend, defect_id in self.known:
             defect = defect_registry()[defect_id]
-            if known_backend in (backend, "*") and defect.applies(version):
+            every = known_backend == "*" and not backend.startswith(EXPORT)
+            if (known_backend == backend or every) and defect.applies(version):
                 return f"{KNOWN_DEFECT}{defect.cite()}: {defect.summary}"
         return None
 
@@ -184,15 +201,19 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("computing_break_nested", bodies.computing_break("item_branch", "nested"), "a "
              "graph break that computes (.item() and a branch on it) inside a region of the "
              "other dtype nested in one", needs=frozenset({"inner", "other"}), graphs=(2, 8),
-             backends=("eager",), fullgraph=False),
+             backends=("eager",), fullgraph=False, unexportable=(("non_strict", (
+                 "not applicable: the scenario branches on a tensor's value (.item()), which "
+                 "torch.export traces in neither mode (a data-dependent guard)")),)),
     Scenario("computing_break_disabled", bodies.computing_break("tolist", "disabled"), "a "
              "graph break that computes (values read back to Python) inside an enabled=False "
-             "region nested in one", graphs=(2, 8), backends=("eager",), fullgraph=False),
+             "region nested in one", graphs=(2, 8), backends=("eager",), fullgraph=False,
+             known=(("export-non_strict", "export-non-strict-loses-tolist-error"),)),
     Scenario("computing_break_decorator", bodies.computing_break("skipped_call", "decorator"),
              "a graph break that computes inside a function decorated with torch.autocast",
              graphs=(2, 8), backends=("eager",), fullgraph=False),
     Scenario("error_at_graph_break", bodies.error_at_graph_break, "an exception raised by eager "
-             "code at a graph break inside a region", raises=KeyError, fullgraph=False),
+             "code at a graph break inside a region", raises=KeyError, fullgraph=False,
+             known=(("export-non_strict", "export-non-strict-swallows-exception"),)),
     Scenario("kernel_error", bodies.kernel_error, "an exception raised by a kernel inside a traced "
              "region", raises=bodies.KernelError,
              known=(("eager", "compile-region-leaks-on-raise"),)),
@@ -268,7 +289,7 @@ def _shapes(value: Any) -> Any:
 
 
 def _compare_call(eager: _Call, compiled: _Call, scenario: Scenario, numerics: str,
-                  target: Target, backend: str = "eager") -> list[str]:
+                  target: Target, backend: str = "eager", what: str = "compiled") -> list[str]:
     """What the compiled call did differently from eager, as lines of a failure. Generated
     code may raise its own error where eager raises (inductor's bounds check raises
     RuntimeError for eager's IndexError): then only that it raised is required."""
@@ -281,29 +302,29 @@ def _compare_call(eager: _Call, compiled: _Call, scenario: Scenario, numerics: s
         if compiled.error is None or (same_error_type
                                       and type(compiled.error) is not type(eager.error)):
             got = "nothing" if compiled.error is None else _first_line(compiled.error)
-            problems.append(f"compiled raised {got}, eager raised {expected}")
+            problems.append(f"{what} raised {got}, eager raised {expected}")
         if compiled.leaked:
-            problems.append("autocast state not restored after the compiled region raised: "
+            problems.append(f"autocast state not restored after the {what} region raised: "
                             + "; ".join(compiled.leaked))
         return problems
     if compiled.error is not None:
         limit = fake_casts.not_applicable(compiled.error) if target.fake else None
         if limit is not None:
             raise limit
-        return [f"compiled call raised {_first_line(compiled.error)}"]
+        return [f"{what} call raised {_first_line(compiled.error)}"]
     problems = []
     try:
         if target.has_values:
             backends.compare_outputs(compiled.output, eager.output, backend, numerics, None,
-                                     "compiled vs eager")
+                                     f"{what} vs eager")
         else:
             compare(_shapes(compiled.output), _shapes(eager.output), "bitwise", None,
-                    "compiled vs eager (dtypes and shapes)")
+                    f"{what} vs eager (dtypes and shapes)")
     except ConformanceFailure as exc:
         problems.append(f"{exc} (outputs: the tensors, then (enabled, dtype, cache_enabled) "
                         "observed inside)")
     if compiled.leaked:
-        problems.append("autocast state changed by the compiled call: "
+        problems.append(f"autocast state changed by the {what} call: "
                         + "; ".join(compiled.leaked))
     return problems
 
