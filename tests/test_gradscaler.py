@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from amp_conformance.checks.gradscaler import cases, kernels, scaler, training
+from amp_conformance.checks.gradscaler import cases, kernels, protocol, scaler, training
 from amp_conformance.checks.registry import mutants
 from amp_conformance.core.errors import ConformanceFailure
 from amp_conformance.core.target import Target
@@ -47,13 +47,17 @@ CATCHERS = {
         CPU, torch.bfloat16, cases.OPTIMIZERS[1], "fused", "unscale"),
     "fused-step-on-inf-after-unscale": lambda: training.check_training(
         CPU, torch.bfloat16, cases.OPTIMIZERS[0], "fused", "clip"),
+    "update-replaces-scale-tensor": lambda: protocol.check_state_identity("cpu"),
+    "step-overwrites-optimizer-grad-scale": lambda: protocol.check_optimizer_protocol(
+        "cpu", "user_grad_scale"),
+    "found-inf-lost-between-dtypes": lambda: protocol.check_dtype_groups("cpu", 0),
 }
 
 
 def test_every_gradscaler_mutant_has_an_in_process_catcher():
     mine = {n for n, m in CATALOGUE.items() if "gradscaler" in m.select}
     assert mine == set(CATCHERS)
-    assert 6 <= len(mine) <= 15
+    assert 6 <= len(mine) <= 20
 
 
 @pytest.mark.parametrize("name", sorted(CATCHERS))
@@ -190,3 +194,10 @@ def test_a_missing_bfloat16_unscale_kernel_fails_naming_it_and_reproduces_the_de
         defects.known_departure(kernels.CUDA_NO_BF16, check, kernels.NO_KERNEL,
                                 recorded.__setitem__)
         assert recorded[defects.PROPERTY]["status"] == "reproduced"
+
+
+def test_a_capturable_optimizer_is_not_applicable_only_where_it_fails_alone():
+    adam = next(c for c in cases.CAPTURABLE if c.id == "adam")
+    alone = training.refusal(adam, "capturable", "cpu")  # torch keeps no capturable cpu state
+    assert isinstance(alone, AssertionError) and "capturable" in str(alone)
+    assert training.refusal(adam, "foreach", "cpu") is None

@@ -105,6 +105,10 @@ def _threads(device: str) -> None:
         raise raised[0]
 
 
+def _float64(device: str) -> None:
+    torch.ones(2, dtype=torch.float64, device=device).add(1).cpu()
+
+
 LIMITS = (
     Limit("autograd", "autograd does not reach its tensors",
           "(x * x).sum().backward() on a leaf tensor x of the device, then through "
@@ -113,6 +117,8 @@ LIMITS = (
           "torch.sparse_coo_tensor(...).to(device).coalesce()", _sparse),
     Limit("threads", "its ops do not run in other threads",
           "(x + x).cpu() in a new thread, x made in the main one", _threads),
+    Limit("float64", "it has no float64 tensors",
+          "torch.ones(2, dtype=torch.float64, device=device).add(1).cpu()", _float64),
 )
 
 #: (device, capability) -> the probe's exception, or None where the device has it

@@ -16,6 +16,7 @@ Capabilities (a TOML file, every key optional)::
     sparse_grads = false          # no sparse gradients: GradScaler's sparse checks skip
     autograd = false              # no autograd through its tensors: backward checks skip
     threads = false               # its ops run in one thread: the thread checks skip
+    float64 = false               # no float64 tensors (MPS): checks that need them skip
     [reasons]
     cast_cache = "autocast is registered from Python: no binding for cached_cast"
 
@@ -53,6 +54,7 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "checkpoint": (bool, True, "device declares no torch.utils.checkpoint support"),
     "autograd": (bool, True, "device declares no autograd through its tensors"),
     "threads": (bool, True, "device declares its ops run only in the thread that set it up"),
+    "float64": (bool, True, "device declares no float64 tensors"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
 _AMP_DTYPES = ("bfloat16", "float16")

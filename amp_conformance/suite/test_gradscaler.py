@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from amp_conformance.checks import defects, profiles
-from amp_conformance.checks.gradscaler import cases, kernels, scaler, sparse, training
+from amp_conformance.checks.gradscaler import cases, kernels, protocol, scaler, sparse, training
 from amp_conformance.checks.gradscaler.update_property import check_update_property
+from amp_conformance.core.errors import describe_error, signature
 
 pytestmark = pytest.mark.amp_check("gradscaler")
 
@@ -147,6 +148,40 @@ def test_gradscaler_workflow(amp_target, amp_device, workflow):
     training.check_workflow(amp_device, workflow)
 
 
+# -- what callers rely on across calls ---------------------------------------------------------
+
+
+def test_gradscaler_state_identity(amp_target, amp_device):
+    """The scale and growth-tracker tensors are made once and updated in place by every
+    method: a reference a caller holds stays live."""
+    _needs_values(amp_target, _NO_SCALER)
+    protocol.check_state_identity(amp_device)
+
+
+def test_gradscaler_setters(amp_target, amp_device):
+    _needs_values(amp_target, _NO_SCALER)
+    protocol.check_setters(amp_device)
+
+
+@pytest.mark.parametrize("case", list(protocol.PROTOCOL_CASES))
+def test_gradscaler_optimizer_protocol(amp_target, amp_device, case):
+    """An optimizer that unscales in its own step gets grad_scale (times its own) and
+    found_inf for that step only, and decides itself."""
+    _needs_values(amp_target, _NO_SCALER)
+    protocol.check_optimizer_protocol(amp_device, case)
+
+
+@pytest.mark.amp_needs("float64")
+@pytest.mark.parametrize("plant_in", [None, *range(len(protocol.DTYPE_GROUPS))],
+                         ids=["finite", *(f"inf_in_{str(d).removeprefix('torch.')}"
+                                          for d in protocol.DTYPE_GROUPS)])
+def test_gradscaler_dtype_groups(amp_target, amp_device, plant_in):
+    """One optimizer with gradients of several dtypes is unscaled as one: an inf in any
+    group skips the step for all."""
+    _needs_values(amp_target, _NO_SCALER)
+    protocol.check_dtype_groups(amp_device, plant_in)
+
+
 # -- scaled training against the control ------------------------------------------------------
 
 
@@ -165,6 +200,25 @@ def test_gradscaler_training(amp_settings, amp_target, amp_device, optimizer, im
     float16: scaled equals the unscaled control; a step with an inf or a nan is skipped."""
     _needs_values(amp_target, _NO_SCALER)
     training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer, impl, order)
+
+
+@pytest.mark.parametrize("order", list(cases.ORDERS))
+@pytest.mark.parametrize("optimizer", cases.CAPTURABLE, ids=cases.ids(cases.CAPTURABLE))
+@pytest.mark.amp_needs("autograd")
+def test_gradscaler_training_capturable(amp_settings, amp_target, amp_device, optimizer, order):
+    """capturable=True Adam/AdamW, as the other implementations; where torch keeps no
+    capturable state for the device, the same step without scaler or autocast raises
+    the same way (shown on the item) and it does not apply."""
+    _needs_values(amp_target, _NO_SCALER)
+    try:
+        training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer,
+                                "capturable", order)
+    except Exception as exc:
+        alone = training.refusal(optimizer, "capturable", amp_device)
+        if alone is None or signature(alone) != signature(exc):
+            raise
+        pytest.skip(f"not applicable: torch.optim.{training.label(optimizer, 'capturable')} "
+                    f"raises without GradScaler and autocast too: {describe_error(alone)}")
 
 
 @pytest.mark.amp_check("gradscaler_fused")

@@ -195,10 +195,14 @@ OPTIMIZERS: tuple[OptimizerCase, ...] = (
     OptimizerCase("adamw", "AdamW", {"lr": 0.01, "weight_decay": 0.1}),
 )
 
-#: how an optimizer steps: torch.optim's three implementations (``fused`` needs the
-#: ``fused_optimizers`` capability and takes GradScaler's grad_scale/found_inf path)
+#: how an optimizer steps: torch.optim's implementations (``fused`` needs the
+#: ``fused_optimizers`` capability and takes GradScaler's grad_scale/found_inf path;
+#: ``capturable`` keeps the step count on the device, for the devices torch lists)
 IMPLEMENTATIONS: dict[str, dict] = {"plain": {"foreach": False}, "foreach": {"foreach": True},
-                                    "fused": {"fused": True}}
+                                    "fused": {"fused": True},
+                                    "capturable": {"capturable": True}}
+#: the optimizers with a capturable implementation (state kept on the device, for graphs)
+CAPTURABLE = tuple(o for o in OPTIMIZERS if o.id in ("adam", "adamw"))
 
 #: the documented call orders of one scaled training step -> how messages write them
 ORDERS: dict[str, str] = {

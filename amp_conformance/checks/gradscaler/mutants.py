@@ -259,3 +259,63 @@ register(Mutant(
     expect=("GradScaler.step", "fused=True", "unscale_ ->", "must be skipped"),
     select="test_gradscaler_training_fused",
 ))
+
+
+def _replaces_scale(original):
+    @functools.wraps(original)
+    def update(self, new_scale=None):
+        original(self, new_scale)
+        if self._enabled and self._scale is not None:
+            self._scale = self._scale.clone()  # a fresh tensor: held references go stale
+    return update
+
+
+def _ignores_own_grad_scale(original):
+    @functools.wraps(original)
+    def step(self, optimizer, *args, **kwargs):
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            vars(optimizer).pop("grad_scale", None)  # the optimizer's own scale overwritten
+        return original(self, optimizer, *args, **kwargs)
+    return step
+
+
+def _found_inf_per_dtype(original):
+    @functools.wraps(original)
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):
+        kernel = torch._amp_foreach_non_finite_check_and_unscale_
+
+        def afresh(grads, found, inv):
+            found.zero_()  # each dtype's call starts over: only the last dtype's verdict stays
+            kernel(grads, found, inv)
+        torch._amp_foreach_non_finite_check_and_unscale_ = afresh
+        try:
+            return original(self, optimizer, inv_scale, found_inf, allow_fp16)
+        finally:
+            torch._amp_foreach_non_finite_check_and_unscale_ = kernel
+    return _unscale_grads_
+
+
+register(Mutant(
+    name="update-replaces-scale-tensor",
+    description="GradScaler.update makes a new scale tensor instead of updating it in place: "
+                "a reference a caller holds (a captured graph) keeps the old scale",
+    apply=patch(GradScaler, "update", _replaces_scale),
+    expect=("state identity", "new _scale tensor"),
+    select="test_gradscaler_state_identity",
+))
+register(Mutant(
+    name="step-overwrites-optimizer-grad-scale",
+    description="GradScaler.step hands an optimizer that unscales itself the scaler's scale "
+                "alone, dropping the grad_scale the optimizer set",
+    apply=patch(GradScaler, "step", _ignores_own_grad_scale),
+    expect=("optimizer-side protocol, user_grad_scale", "(grad_scale, found_inf)"),
+    select="test_gradscaler_optimizer_protocol",
+))
+register(Mutant(
+    name="found-inf-lost-between-dtypes",
+    description="GradScaler unscales each gradient dtype with a found_inf of its own and keeps "
+                "the last: an inf in an earlier dtype's gradients is lost and the step runs",
+    apply=patch(GradScaler, "_unscale_grads_", _found_inf_per_dtype),
+    expect=("dtype groups, inf in the torch.float32 group", "must skip the step"),
+    select="test_gradscaler_dtype_groups",
+))

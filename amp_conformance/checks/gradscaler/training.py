@@ -139,6 +139,18 @@ def make_optimizer(case: OptimizerCase, impl: str, params, device: str) -> torch
                                  f"{device}: {exc}{hint}") from None
 
 
+def refusal(case: OptimizerCase, impl: str, device: str) -> BaseException | None:
+    """What one step of the optimizer raises on ``device`` with no scaler and no autocast
+    (a gradient set by hand), or None: evidence that a failure is the optimizer's own."""
+    p = torch.nn.Parameter(torch.ones(4, device=device))
+    p.grad = torch.ones(4, device=device)
+    try:
+        case.make([p], **IMPLEMENTATIONS[impl]).step()
+    except Exception as exc:  # noqa: BLE001 - what it raised is the evidence
+        return exc
+    return None
+
+
 def label(case: OptimizerCase, impl: str) -> str:
     return case.name + "(" + ", ".join(f"{k}={v}" for k, v in IMPLEMENTATIONS[impl].items()) + ")"
 
