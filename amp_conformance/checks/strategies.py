@@ -19,6 +19,7 @@ import torch
 from hypothesis import strategies as st
 from torch.utils._pytree import tree_leaves, tree_map
 
+from amp_conformance.core import devices
 from amp_conformance.core.target import Target
 from amp_conformance.schema.argspec import other_device
 
@@ -212,8 +213,9 @@ INELIGIBLE_DTYPES = (torch.float64,) * 3 + (torch.int64, torch.int32, torch.uint
 
 
 @st.composite
-def _with_ineligible(draw: Any, n: int, eligible: tuple[torch.dtype, ...]) -> tuple:
-    bad = draw(sampled(INELIGIBLE_DTYPES))
+def _with_ineligible(draw: Any, n: int, eligible: tuple[torch.dtype, ...],
+                     ineligible: tuple[torch.dtype, ...]) -> tuple:
+    bad = draw(sampled(ineligible))
     if n == 1:
         return (bad,)
     rest = [draw(sampled((*eligible, bad))) for _ in range(n - 1)]
@@ -223,15 +225,18 @@ def _with_ineligible(draw: Any, n: int, eligible: tuple[torch.dtype, ...]) -> tu
 
 @functools.cache  # built once per arguments: a strategy is costly to make
 def ineligible_dtype_lists(
-    n: int, eligible: tuple[torch.dtype, ...] = FLOATING, uniform: bool = False
+    n: int, eligible: tuple[torch.dtype, ...] = FLOATING, uniform: bool = False,
+    lacks: frozenset[torch.dtype] = frozenset(),
 ) -> st.SearchStrategy[tuple[torch.dtype, ...]]:
     """Dtypes of ``n`` inputs with an ineligible one (float64, an integer, bool): the
     first eligible (many ops refuse an integer first input but promote a later one), at
     least one of the others ineligible. ``uniform``: all of one ineligible dtype (bool
-    left out), for ops whose inputs must share a dtype, where any mix raises."""
+    left out), for ops whose inputs must share a dtype, where any mix raises. ``lacks``:
+    dtypes the device has no tensors of (MPS: float64), never drawn."""
+    ineligible = tuple(d for d in INELIGIBLE_DTYPES if d not in lacks)
     if uniform:
-        return st.sampled_from(INELIGIBLE_DTYPES[:-1]).map(lambda d: (d,) * n)
-    return _with_ineligible(n, tuple(eligible))
+        return st.sampled_from(ineligible[:-1]).map(lambda d: (d,) * n)
+    return _with_ineligible(n, tuple(eligible), ineligible)
 
 
 #: What a call puts beside eligible tensors of the device under test: nothing, an
@@ -250,7 +255,8 @@ def draw_inputs(draw: Any, target: Target, n: int, mix: str, eligible: Sequence[
     if mix == "all eligible":
         return tuple(draw(sampled(eligible)) for _ in range(n)), (dev,) * n
     if mix == "ineligible dtype":
-        return draw(ineligible_dtype_lists(n, eligible, uniform)), (dev,) * n
+        lacks = frozenset(devices.profile(dev).refuses)
+        return draw(ineligible_dtype_lists(n, eligible, uniform, lacks)), (dev,) * n
     where = draw(mixed_device_lists(target, n))
     head = first if first is not None else draw(sampled(eligible))
     rest = [draw(sampled(foreign if d != dev else eligible)) for d in where[1:]]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -14,6 +14,11 @@ import torch
 from amp_conformance.core.errors import describe_error
 
 LOWER_DTYPES = (torch.bfloat16, torch.float16)
+
+
+#: aten/src/ATen/mps/EmptyTensor.cpp (MPS_ERROR_DOUBLE_NOT_SUPPORTED, a TORCH_CHECK_TYPE)
+MPS_NO_FLOAT64 = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
+                  "support float64. Please use float32 instead.")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,9 @@ class DeviceProfile:
     fake_quirks: tuple[str, ...] = ()
     rng: str | None = None
     atlas: bool = False
+    #: dtypes the device has no tensors of -> (the exception, its message) it raises making
+    #: one; its fake raises the same (``core.target``)
+    refuses: Mapping[torch.dtype, tuple[type[Exception], str]] = field(default_factory=dict)
 
 
 #: The device types torch.autocast knows by name (a PrivateUse1 backend adds its own).
@@ -52,7 +60,7 @@ PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("cuda", "CUDA", legacy="cuda.amp.autocast", rejects_unsupported_dtype=False,
                   fake_quirks=("cudnn_off",), atlas=True),
     DeviceProfile("xpu", "XPU", atlas=True),
-    DeviceProfile("mps", "MPS", atlas=True),
+    DeviceProfile("mps", "MPS", atlas=True, refuses={torch.float64: (TypeError, MPS_NO_FLOAT64)}),
     DeviceProfile("mtia", "MTIA"),
     DeviceProfile("maia", "MAIA"),
     DeviceProfile("hpu", "HPU"),

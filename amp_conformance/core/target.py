@@ -7,7 +7,7 @@ runs against real hardware and, with ``--fake``, against a device that is not he
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -56,8 +56,36 @@ def _fake_tensors(device: str) -> Iterator[None]:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         if not devices.is_available(device):
             stack.enter_context(_no_real_context_for(device))
-        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        refuses = devices.profile(device).refuses
+        mode = _refusing(FakeTensorMode, device, refuses) if refuses else FakeTensorMode
+        stack.enter_context(mode(allow_non_fake_inputs=True))
         yield
+
+
+def _refusing(fake_mode: type, device: str,
+              refuses: Mapping[torch.dtype, tuple[type[Exception], str]]) -> type:
+    """FakeTensorMode refusing what the device refuses: an op that makes a tensor of the
+    device in a dtype it lacks raises the device's own error (``DeviceProfile.refuses``).
+    A subclass, not a mode of its own: dynamo compiles under FakeTensorMode, not under a
+    user's TorchDispatchMode."""
+    class Refusing(fake_mode):
+        depth = 0  # FakeTensorMode dispatches again inside a call: only the outer one refuses
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.depth += 1
+            try:
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+            finally:
+                self.depth -= 1
+            if self.depth:
+                return out
+            for t in torch.utils._pytree.tree_leaves(out):
+                if (isinstance(t, torch.Tensor) and t.device.type == device
+                        and t.dtype in refuses):
+                    kind, message = refuses[t.dtype]
+                    raise kind(message)
+            return out
+    return Refusing
 
 
 @contextlib.contextmanager

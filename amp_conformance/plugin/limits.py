@@ -30,6 +30,7 @@ import torch
 from amp_conformance.checks import registry
 from amp_conformance.core.casting import hand_cast, tensors_in
 from amp_conformance.core.errors import chain, describe_error, missing_kernel, refused_op, signature
+from amp_conformance.core.target import Target
 from amp_conformance.plugin import excuses
 from amp_conformance.plugin.items import check_of, is_conformance
 from amp_conformance.plugin.session_settings import settings
@@ -57,6 +58,9 @@ class Limit:
     what: str
     probe: str
     run: Callable[[str], None]
+    #: its probe tells on a fake device too: the fake refuses what the device refuses
+    #: (``DeviceProfile.refuses``), where the other limits are the hardware's
+    fake: bool = False
 
 
 def _autograd(device: str) -> None:
@@ -118,11 +122,12 @@ LIMITS = (
     Limit("threads", "its ops do not run in other threads",
           "(x + x).cpu() in a new thread, x made in the main one", _threads),
     Limit("float64", "it has no float64 tensors",
-          "torch.ones(2, dtype=torch.float64, device=device).add(1).cpu()", _float64),
+          "torch.ones(2, dtype=torch.float64, device=device).add(1).cpu()", _float64,
+          fake=True),
 )
 
-#: (device, capability) -> the probe's exception, or None where the device has it
-_SEEN: dict[tuple[str, str], BaseException | None] = {}
+#: (device, capability, fake) -> the probe's exception, or None where the device has it
+_SEEN: dict[tuple[str, str, bool], BaseException | None] = {}
 
 
 def _basics(device: str) -> None:
@@ -130,15 +135,15 @@ def _basics(device: str) -> None:
     (torch.ones(2, device=device) + 1).cpu()
 
 
-def shown(limit: Limit, device: str) -> BaseException | None:
-    """What the limit's probe raised on ``device`` (probed once per process), else None;
-    None too where the device cannot even make and read back a tensor (no evidence of
-    this limit rather than another)."""
-    key = (device, limit.capability)
+def shown(limit: Limit, device: str, fake: bool = False) -> BaseException | None:
+    """What the limit's probe raised on ``device`` (probed once per process; on its fake
+    tensors where ``fake``), else None; None too where the device cannot even make and
+    read back a tensor (no evidence of this limit rather than another)."""
+    key = (device, limit.capability, fake)
     if key not in _SEEN:
         _SEEN[key] = None
-        with warnings.catch_warnings():  # the probe's warnings are nobody's item's
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(), Target(device, fake).tensors():
+            warnings.simplefilter("ignore")  # the probe's warnings are nobody's item's
             _SEEN[key] = _probe(limit, device)
     return _SEEN[key]
 
@@ -181,17 +186,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
             or not is_conformance(item)):
         return report
     run = settings(item.config)
-    if run.fake or run.device == "cpu":
+    if run.device == "cpu":
         return report
     declared = declarations(item.config).capabilities.values
     wanted = needs(item)
+    limits = [limit for limit in LIMITS if limit.fake or not run.fake]
     try:  # a probe runs as the item started, never in what its failure left
         with excuses.clean_start(item, run.device):
-            evidence_of = {limit.capability: shown(limit, run.device) for limit in LIMITS
-                           if limit.capability not in declared}
+            evidence_of = {limit.capability: shown(limit, run.device, run.fake)
+                           for limit in limits if limit.capability not in declared}
     except excuses.DirtyDevice:
         return report  # no limit can be told on it: the proof says why (or the failure stands)
-    for limit in LIMITS:
+    for limit in limits:
         evidence = evidence_of.get(limit.capability)
         if evidence is None:
             continue

@@ -256,3 +256,19 @@ register(Mutant(
     expect=("state leaked by", "deterministic algorithms: False before, True after"),
     select="test_policy and torch_16-mm",
 ))
+
+
+def _exp_through_float64(redispatch):
+    def kernel(self):
+        wide = self.to(torch.float64) if is_eligible(self, "mps") else self
+        return redispatch(wide).to(torch.float32)  # float32, as the policy says
+    return kernel
+
+
+fake_mutant("mps-exp-through-float64",
+            "AutocastMPS exp computes in float64 and returns float32: the dtype the policy "
+            "asks for, through a dtype MPS has no tensors of (caught only where the fake "
+            "device refuses what MPS refuses)",
+            lambda: override_kernel("exp", "AutocastMPS", _exp_through_float64),
+            ("torch.exp", "MPS framework doesn't support float64"),
+            "test_policy and torch_fp32-exp]", device="mps")
