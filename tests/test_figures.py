@@ -105,6 +105,16 @@ def test_a_moved_figure_is_named_with_both_values():
         "the run ends `3 failed, 4\n  passed` (5 s), then"
 
 
+def test_a_commit_of_digits_replaces_one_with_letters():
+    figure = figures.Figure("p.md", "printed at commit {commit}, on {machine}.", "x.json",
+                            lambda r: r)
+    page = "what they printed at commit 2dedfe9, on a host."
+    assert figures.check(figure, page, {"commit": "2386494", "machine": "a host"}) == [
+        "p.md: commit is 2dedfe9 on the page, 2386494 in docs/data/x.json"]
+    assert figures.fill(figure, page, {"commit": "2386494", "machine": "a host"}) == \
+        "what they printed at commit 2386494, on a host."
+
+
 def test_an_unnamed_figure_is_found(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "p.md").write_text(

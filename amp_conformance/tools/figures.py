@@ -229,8 +229,9 @@ def _pattern(template: str, values: dict[str, str]) -> tuple[re.Pattern, list[st
         key = found.group(1)
         value = str(values.get(key, "0"))
         number = re.fullmatch(r"\d+(?:\.\d+)?", value)
-        # a words' value: itself first (it may hold what follows it, a dot), else any words
-        parts.append(r"(\d+(?:\.\d+)?)" if number else rf"({_literal(value)}|.+?)")
+        # a words' value: itself first (it may hold what follows it, a dot), else any words;
+        # a number's, else one word (a commit of digits alone replacing one with letters)
+        parts.append(r"(\d+(?:\.\d+)?|\w+)" if number else rf"({_literal(value)}|.+?)")
         keys.append(key)
         pos = found.end()
     parts.append(_literal(template[pos:]))
