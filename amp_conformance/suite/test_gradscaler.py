@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from amp_conformance.checks import defects, profiles
+from amp_conformance.checks import defects, fake_casts, profiles
 from amp_conformance.checks.gradscaler import cases, kernels, protocol, scaler, sparse, training
 from amp_conformance.checks.gradscaler.update_property import check_update_property
 from amp_conformance.core.errors import describe_error, signature
@@ -156,6 +156,19 @@ def test_gradscaler_state_identity(amp_target, amp_device):
     method: a reference a caller holds stays live."""
     _needs_values(amp_target, _NO_SCALER)
     protocol.check_state_identity(amp_device)
+
+
+def test_gradscaler_state_identity_meta(amp_target):
+    """The value-free part, also on fake tensors: dtypes kept, state tensors kept."""
+    try:
+        reason = protocol.check_state_identity_meta(amp_target)
+    except Exception as exc:
+        limit = fake_casts.not_applicable(exc) if amp_target.fake else None
+        if limit is None:
+            raise
+        reason = str(limit)
+    if reason:
+        pytest.skip(reason)
 
 
 def test_gradscaler_setters(amp_target, amp_device):

@@ -14,12 +14,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
 
 from amp_conformance.checks.gradscaler.scaler import W, _backward, _setup, _where
 from amp_conformance.core.errors import ConformanceFailure
+from amp_conformance.core.target import Target
 
 #: the scaler's state tensors a caller may hold, by attribute
 STATE = ("_scale", "_growth_tracker")
@@ -218,3 +220,38 @@ def check_dtype_groups(device: str, plant_in: int | None) -> None:
     if plant_in is None and (not all(moved) or scaler.get_scale() != 8.0):
         raise ConformanceFailure(f"{where}: groups moved {moved} and the scale is "
                                  f"{scaler.get_scale()}, expected all and 8.0")
+
+
+def check_state_identity_meta(target: Target) -> str | None:
+    """What needs no values, on fake tensors too: scale() gives the output's dtype and
+    device, unscale_() keeps each gradient's dtype and shape (float32: what every device's
+    unscale kernel takes), and update() (growing, and with
+    a new scale) keeps the same scale and growth-tracker tensors. Returns why it does not
+    apply (the scaler turned itself off without the device, shown by the scaler itself)."""
+    device = target.device
+    where = _where("scale/unscale_/update", device, "state identity, no values")
+    with target.tensors(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scaler = torch.amp.GradScaler(device, init_scale=4.0)
+        if not scaler.is_enabled():
+            said = "; ".join(str(w.message) for w in caught) or "no warning"
+            return (f"not applicable: torch.amp.GradScaler({device!r}) turned itself off "
+                    f"here ({said})")
+        params = [torch.nn.Parameter(torch.ones(n, device=device)) for n in (4, 3)]
+        opt = torch.optim.SGD(params, lr=0.5)
+        out = scaler.scale(torch.ones(2, device=device))
+        if out.dtype != torch.float32 or out.device.type != device:
+            raise ConformanceFailure(f"{where}: scale() of a float32 {device} tensor gave "
+                                     f"{out.dtype} on {out.device}")
+        held = _held(scaler)
+        for what, new_scale in (("a growing update()", None), ("update(new_scale=100.0)", 100.0)):
+            for q in params:
+                q.grad = torch.full(q.shape, 8.0, device=device)
+            scaler.unscale_(opt)
+            bad = [f"{q.grad.dtype} {tuple(q.grad.shape)}" for q in params
+                   if q.grad.dtype != q.dtype or q.grad.shape != q.shape]
+            if bad:
+                raise ConformanceFailure(f"{where}: unscale_() left gradients {bad}")
+            scaler.update(new_scale)
+            _same(scaler, held, device, what, None)
+    return None
