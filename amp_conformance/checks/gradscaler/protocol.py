@@ -235,8 +235,9 @@ def check_state_identity_meta(target: Target) -> str | None:
         scaler = torch.amp.GradScaler(device, init_scale=4.0)
         if not scaler.is_enabled():
             said = "; ".join(str(w.message) for w in caught) or "no warning"
-            return (f"not applicable: torch.amp.GradScaler({device!r}) turned itself off "
-                    f"here ({said})")
+            mode = " in --fake mode" if target.fake else ""
+            return (f"not applicable{mode}: torch.amp.GradScaler({device!r}) turned itself "
+                    f"off here ({said})")
         params = [torch.nn.Parameter(torch.ones(n, device=device)) for n in (4, 3)]
         opt = torch.optim.SGD(params, lr=0.5)
         out = scaler.scale(torch.ones(2, device=device))
