@@ -215,13 +215,14 @@ def test_gradscaler_training(amp_settings, amp_target, amp_device, optimizer, im
     training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer, impl, order)
 
 
-@pytest.mark.parametrize("order", list(cases.ORDERS))
+@pytest.mark.parametrize("order", cases.CAPTURABLE_ORDERS)
 @pytest.mark.parametrize("optimizer", cases.CAPTURABLE, ids=cases.ids(cases.CAPTURABLE))
 @pytest.mark.amp_needs("autograd")
 def test_gradscaler_training_capturable(amp_settings, amp_target, amp_device, optimizer, order):
-    """capturable=True Adam/AdamW, as the other implementations; where torch keeps no
-    capturable state for the device, the same step without scaler or autocast raises
-    the same way (shown on the item) and it does not apply."""
+    """capturable=True Adam/AdamW, as the other implementations, in the order that meets
+    every method (unscale_, clipping, step, update); where torch keeps no capturable state
+    for the device, the same step without scaler or autocast raises the same way (shown on
+    the item) and it does not apply."""
     _needs_values(amp_target, _NO_SCALER)
     try:
         training.check_training(amp_target, _scaled_dtype(amp_settings), optimizer,

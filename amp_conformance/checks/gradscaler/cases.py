@@ -201,8 +201,11 @@ OPTIMIZERS: tuple[OptimizerCase, ...] = (
 IMPLEMENTATIONS: dict[str, dict] = {"plain": {"foreach": False}, "foreach": {"foreach": True},
                                     "fused": {"fused": True},
                                     "capturable": {"capturable": True}}
-#: the optimizers with a capturable implementation (state kept on the device, for graphs)
+#: the optimizers with a capturable implementation (state kept on the device, for graphs),
+#: and the order they train in: each capturable run is a new graph for a lazy backend (on
+#: PyTorch/XLA 20-30 s an item), and the orders differ in the scaler's calls, not theirs
 CAPTURABLE = tuple(o for o in OPTIMIZERS if o.id in ("adam", "adamw"))
+CAPTURABLE_ORDERS = ("clip",)
 
 #: the documented call orders of one scaled training step -> how messages write them
 ORDERS: dict[str, str] = {
