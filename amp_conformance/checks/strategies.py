@@ -239,6 +239,12 @@ def ineligible_dtype_lists(
     return _with_ineligible(n, tuple(eligible), ineligible)
 
 
+@functools.cache  # asked at every draw
+def _lacks(device: str) -> frozenset[torch.dtype]:
+    """The dtypes the device has no tensors of (``DeviceProfile.refuses``)."""
+    return frozenset(devices.profile(device).refuses)
+
+
 #: What a call puts beside eligible tensors of the device under test: nothing, an
 #: ineligible dtype (float64, an integer, bool), or tensors of another device.
 MIXES = ("all eligible", "ineligible dtype", "device mix")
@@ -255,8 +261,7 @@ def draw_inputs(draw: Any, target: Target, n: int, mix: str, eligible: Sequence[
     if mix == "all eligible":
         return tuple(draw(sampled(eligible)) for _ in range(n)), (dev,) * n
     if mix == "ineligible dtype":
-        lacks = frozenset(devices.profile(dev).refuses)
-        return draw(ineligible_dtype_lists(n, eligible, uniform, lacks)), (dev,) * n
+        return draw(ineligible_dtype_lists(n, eligible, uniform, _lacks(dev))), (dev,) * n
     where = draw(mixed_device_lists(target, n))
     head = first if first is not None else draw(sampled(eligible))
     rest = [draw(sampled(foreign if d != dev else eligible)) for d in where[1:]]

@@ -7,7 +7,8 @@ runs against real hardware and, with ``--fake``, against a device that is not he
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -49,26 +50,30 @@ def _fake_tensors(device: str) -> Iterator[None]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with contextlib.ExitStack() as stack:
-        if "cudnn_off" in devices.profile(device).fake_quirks and not devices.is_available(device):
+        profile = devices.profile(device)
+        if "cudnn_off" in profile.fake_quirks and not devices.is_available(device):
             # A CUDA build without a GPU would send torch.lstm & co. down the cuDNN path,
             # which starts CUDA and fails; a CPU build never takes it. Fake runs take the
             # portable path on both, so their results do not depend on how torch was built.
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         if not devices.is_available(device):
             stack.enter_context(_no_real_context_for(device))
-        refuses = devices.profile(device).refuses
-        mode = _refusing(FakeTensorMode, device, refuses) if refuses else FakeTensorMode
+        mode = _refusing(device) if profile.refuses else FakeTensorMode
         stack.enter_context(mode(allow_non_fake_inputs=True))
         yield
 
 
-def _refusing(fake_mode: type, device: str,
-              refuses: Mapping[torch.dtype, tuple[type[Exception], str]]) -> type:
+@functools.cache  # one class per device, made at its first fake tensors
+def _refusing(device: str) -> type:
     """FakeTensorMode refusing what the device refuses: an op that makes a tensor of the
     device in a dtype it lacks raises the device's own error (``DeviceProfile.refuses``).
     A subclass, not a mode of its own: dynamo compiles under FakeTensorMode, not under a
     user's TorchDispatchMode."""
-    class Refusing(fake_mode):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    refuses = devices.profile(device).refuses
+
+    class Refusing(FakeTensorMode):
         depth = 0  # FakeTensorMode dispatches again inside a call: only the outer one refuses
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -259,11 +259,18 @@ def check_scenario_export(scenario: regions.Scenario, target: Target, dtype: tor
     """Export the scenario in each of its ambient states (``mode``: a key of :data:`MODES`),
     run the program and its core-ATen decomposition in that state: eager's outputs, observed
     state and exceptions, the state restored. Returns the reference defects reproduced
-    (:data:`CACHE_DEFECT`, :data:`DECOMPOSITION_DEFECT`), each shown on the call itself."""
+    (:data:`CACHE_DEFECT`, :data:`DECOMPOSITION_DEFECT`), each shown on the call itself:
+    non-strict export traced the regions with the cast cache off (the program does what
+    eager does with the cache off); the decomposition dropped the regions (the exported
+    program held them and ran as eager, the decomposition holds none, and the call is made
+    inside an enabled region, the one thing that can cast their ops again)."""
     env = regions.Env(target, dtype, regions.other_dtype(target, dtype))
     where = (f"compile_regions scenario {scenario.name!r} ({scenario.exercises}) through "
              f"torch.export ({mode.replace('_', '-')}), device {target}, amp dtype {dtype}")
-    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(0)).to(target.device)
+    x = regions._input(target)
+    registry = defect_registry()
+    traces_cache_off = mode == "non_strict" and registry[CACHE_DEFECT].applies()
+    drops_regions = registry[DECOMPOSITION_DEFECT].applies()
     reproduced: list[str] = []
     calls = tuple(dict.fromkeys(scenario.calls))  # each export is fresh: no guard to revisit
     for i, ambient in enumerate(calls, 1):
@@ -279,15 +286,26 @@ def check_scenario_export(scenario: regions.Scenario, target: Target, dtype: tor
                                 f"eager {'raised ' + type(eager.error).__name__ if eager.error else 'ran'}")
         else:
             program, decomposed = exported.output
+            off = regions._call(_cache_off(module), x, ambient, env) if traces_cache_off else None
+            if off is not None and not regions._compare_call(eager, off, scenario, numerics,
+                                                             target):
+                off = None  # the cache flag changes nothing this call observes
             held = True
             for name, runnable in (("the exported program", program),
                                    ("its core-ATen decomposition", decomposed)):
                 got = regions._call(runnable.module(), x, ambient, env)
                 found = regions._compare_call(eager, got, scenario, numerics, target, what=name)
-                shown = _explained(mode, name, runnable, program, module, eager, got, x,
-                                   ambient, env, scenario, numerics, target,
-                                   held) if found else []
-                held = held and (not found or shown == [CACHE_DEFECT])
+                if not found:
+                    continue
+                shown = []
+                if off is not None and not regions._compare_call(off, got, scenario, numerics,
+                                                                 target, what=name):
+                    shown = [CACHE_DEFECT]
+                elif (runnable is decomposed and held and drops_regions and ambient.region
+                      and ambient.enabled and regions_in(program.graph_module)
+                      and not regions_in(decomposed.graph_module)):
+                    shown = [CACHE_DEFECT] * (off is not None) + [DECOMPOSITION_DEFECT]
+                held = held and shown == [CACHE_DEFECT]
                 reproduced += shown
                 problems += [] if shown else found
         if problems:
@@ -295,28 +313,3 @@ def check_scenario_export(scenario: regions.Scenario, target: Target, dtype: tor
             raise ConformanceFailure(f"{where}:\n  call {i} of {len(calls)}, "
                                      f"{ambient.name}:\n{lines}")
     return sorted(set(reproduced))
-
-
-def _explained(mode: str, name: str, runnable: Any, program: Any, module: torch.nn.Module,
-               eager: Any, got: Any, x: torch.Tensor, ambient: Any, env: Any,
-               scenario: regions.Scenario, numerics: str, target: Target,
-               program_held: bool) -> list[str]:
-    """The reference defects that account for a departing call, each shown on the call
-    (empty: they do not, the failure stands). Non-strict export traced the regions with the
-    cast cache off: the program does what eager does with the cache off. The decomposition
-    dropped the regions: the exported program held them and ran as eager, the
-    decomposition holds none, and the call is made inside an enabled region, the one thing
-    that can cast their ops again."""
-    registry = defect_registry()
-    expected, shown = eager, []
-    if mode == "non_strict" and registry[CACHE_DEFECT].applies():
-        off = regions._call(_cache_off(module), x, ambient, env)
-        if regions._compare_call(eager, off, scenario, numerics, target, what=name):
-            expected, shown = off, [CACHE_DEFECT]
-    if not regions._compare_call(expected, got, scenario, numerics, target, what=name):
-        return shown
-    if (runnable is not program and program_held and ambient.region and ambient.enabled
-            and registry[DECOMPOSITION_DEFECT].applies()
-            and regions_in(program.graph_module) and not regions_in(runnable.graph_module)):
-        return [*shown, DECOMPOSITION_DEFECT]
-    return []
