@@ -103,12 +103,38 @@ def test_declared_amp_dtypes_restrict_the_run(pytester, tmp_path):
     ("device = \"npu\"\n", "*caps.toml: field 'device': describes 'npu', but the run checks 'cpu'*"),
     ("[reasons]\ncast_cache = 3\n", "*field 'reasons.cast_cache': expected a non-empty string*"),
     ("[capabilities\ncast_cache = false\n", "*caps.toml: not valid TOML: *(at line 1, column *"),
+    ("[capabilities]\nstep_boundary = \"torch_xla.sync\"\n",
+     "*field 'capabilities.step_boundary': expected 'module:function'*got 'torch_xla.sync'*"),
+    ("[capabilities]\nstep_boundary = \"no_such_backend:sync\"\n",
+     "*caps.toml: field 'capabilities.step_boundary': 'no_such_backend:sync' cannot be "
+     "resolved: ModuleNotFoundError*"),
+    ("[capabilities]\nstep_boundary = \"torch:__version__\"\n",
+     "*field 'capabilities.step_boundary': 'torch:__version__' is TorchVersion, not callable*"),
 ])
 def test_bad_capabilities_file_names_file_and_field(pytester, tmp_path, text, message):
     caps = _write(tmp_path / "caps.toml", text)
     result = pytester.runpytest(*ORACLE, f"--capabilities={caps}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_a_declared_step_boundary_ends_every_training_step(pytester, tmp_path, monkeypatch):
+    """A lazy device's step boundary runs where its training loop would cut the graph:
+    after every step of the scaled run and of the control, and as the item's drain."""
+    from amp_conformance.checks.gradscaler.training import TRAIN_STEPS
+    from amp_conformance.core import sync
+
+    calls = tmp_path / "calls"
+    _write(tmp_path / "lazystep.py", f"def boundary():\n    with open({str(calls)!r}, 'a') as f:\n"
+                                     "        f.write('.')\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    caps = _write(tmp_path / "caps.toml", '[capabilities]\nstep_boundary = "lazystep:boundary"\n')
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_gradscaler",
+                                f"--capabilities={caps}", "-k", "test_gradscaler_training and "
+                                "sgd-plain-step")
+    result.assert_outcomes(passed=1)
+    assert calls.read_text() == "." * (2 * TRAIN_STEPS + 1)
+    assert sync.step_boundary("cpu") is None  # withdrawn with the run
 
 
 def test_missing_capabilities_file(pytester, tmp_path):

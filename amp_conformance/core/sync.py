@@ -20,8 +20,30 @@ from amp_conformance.core import devices
 ATTEMPTS = 3
 
 
+#: device -> its declared step boundary (capability ``step_boundary``), for this run
+_STEP_BOUNDARIES: dict[str, Callable[[], object]] = {}
+
+
+def declare_step_boundary(device: str, boundary: Callable[[], object] | None) -> None:
+    """A lazy device's end of a training step (None: the declaration withdrawn)."""
+    if boundary is None:
+        _STEP_BOUNDARIES.pop(device, None)
+    else:
+        _STEP_BOUNDARIES[device] = boundary
+
+
+def step_boundary(device: str) -> Callable[[], object] | None:
+    return _STEP_BOUNDARIES.get(device)
+
+
+def synchronizer(device: str) -> Callable[[], object] | None:
+    """A lazy device's declared step boundary (it runs what is pending, reporting what
+    fails), else the synchronize :func:`_synchronize` chose."""
+    return _STEP_BOUNDARIES.get(device) or _synchronize(device)
+
+
 @functools.cache
-def synchronizer(device: str) -> Callable[[], None] | None:
+def _synchronize(device: str) -> Callable[[], None] | None:
     """The device's synchronize that works, chosen at its first call (the isolation asks
     before its first item runs): ``torch.accelerator``'s where the device is the current
     accelerator, else its device module's; None for cpu and meta, for a device that is not

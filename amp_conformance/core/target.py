@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from amp_conformance.core import devices
+from amp_conformance.core import devices, sync
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,13 @@ class Target:
     def tensors(self) -> contextlib.AbstractContextManager:
         """Context in which inputs are built and ops run (FakeTensorMode when fake)."""
         return _fake_tensors(self.device) if self.fake else contextlib.nullcontext()
+
+    def end_step(self) -> None:
+        """Where a training loop cuts a lazy device's graph (its declared step boundary);
+        nothing on other devices."""
+        boundary = None if self.fake else sync.step_boundary(self.device)
+        if boundary is not None:
+            boundary()
 
     def autocast(
         self,

@@ -17,8 +17,15 @@ Capabilities (a TOML file, every key optional)::
     autograd = false              # no autograd through its tensors: backward checks skip
     threads = false               # its ops run in one thread: the thread checks skip
     float64 = false               # no float64 tensors (MPS): checks that need them skip
+    step_boundary = "torch_xla:sync"  # a lazy device's end of a training step (below)
     [reasons]
     cast_cache = "autocast is registered from Python: no binding for cached_cast"
+
+A lazy device (PyTorch/XLA) records ops into a graph it compiles when a value is read;
+its training loops end every step with a call that cuts the graph there (``torch_xla.sync``,
+``xm.mark_step``), so each step compiles once and is reused. ``step_boundary`` names that
+call (``module:function``) and the checks that train for several steps make it where such
+a loop would; without it every step's graph is new.
 
 Expected failures (text): one test id (``test_policy[cpu-bfloat16-torch_16-mm]``) or node-id
 prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` after it.
@@ -26,11 +33,12 @@ prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` a
 
 from __future__ import annotations
 
+import importlib
 import os
 import reprlib
 import tomllib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +46,7 @@ from typing import Any
 import pytest
 
 from amp_conformance.checks import registry
-from amp_conformance.core import devices
+from amp_conformance.core import devices, sync
 from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin.items import check_of
 from amp_conformance.plugin.options import Settings
@@ -55,6 +63,7 @@ CAPABILITIES: dict[str, tuple[type, Any, str]] = {
     "autograd": (bool, True, "device declares no autograd through its tensors"),
     "threads": (bool, True, "device declares its ops run only in the thread that set it up"),
     "float64": (bool, True, "device declares no float64 tensors"),
+    "step_boundary": (str, None, "device declares no step boundary"),
 }
 FILE_KEYS = ("device", "capabilities", "reasons")
 _AMP_DTYPES = ("bfloat16", "float16")
@@ -90,6 +99,10 @@ class Capabilities:
     @property
     def bitwise(self) -> bool:
         return bool(self.get("bitwise"))
+
+    @property
+    def step_boundary(self) -> str | None:
+        return self.get("step_boundary")
 
     @property
     def amp_dtypes(self) -> tuple[str, ...] | None:
@@ -150,6 +163,9 @@ def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]
                     f"{_where(source, key)}: expected a non-empty list of distinct dtypes among "
                     f"{', '.join(_AMP_DTYPES)}, got {value!r}")
             value = list(value)
+        if kind is str and not (isinstance(value, str) and _is_reference(value)):
+            raise DeclarationError(f"{_where(source, key)}: expected 'module:function' (e.g. "
+                                   f"'torch_xla:sync'), got {value!r}")
         values[name] = value
     reasons = data.get("reasons", {})
     if not isinstance(reasons, Mapping):
@@ -162,6 +178,27 @@ def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]
         if not isinstance(text, str) or not text.strip():
             raise DeclarationError(f"{_where(source, key)}: expected a non-empty string")
     return values, dict(reasons)
+
+
+def _is_reference(text: str) -> bool:
+    module, _, name = text.partition(":")
+    return all(part.isidentifier() for part in [*module.split("."), *name.split(".")])
+
+
+def resolve_reference(text: str, where: str) -> Callable[[], Any]:
+    """The callable a ``module:function`` declaration names; else a DeclarationError
+    naming ``where`` (the declaration's file and field)."""
+    module, _, name = text.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise DeclarationError(f"{where}: {text!r} cannot be resolved: "
+                               f"{describe_error(exc)}") from None
+    if not callable(found):
+        raise DeclarationError(f"{where}: {text!r} is {type(found).__name__}, not callable")
+    return found
 
 
 def _read_text(path: str | Path, what: str, form: str) -> str:
@@ -398,6 +435,14 @@ def apply(config: pytest.Config, settings: Settings) -> Settings:
                 f"({caps.sources.get('bitwise', 'capabilities')}); drop --numerics bitwise "
                 "(numerics are compared with tolerances)")
         numerics = "close"
+    if caps.step_boundary is not None and not settings.fake:
+        where = _where(caps.sources.get("step_boundary", "capabilities"),
+                       "capabilities.step_boundary")
+        try:
+            sync.declare_step_boundary(device, resolve_reference(caps.step_boundary, where))
+        except DeclarationError as exc:
+            raise _usage(exc) from None
+        config.add_cleanup(lambda: sync.declare_step_boundary(device, None))
     config.stash[_DECLARATIONS] = Declarations(caps, tuple(expectations), tuple(files),
                                                tuple(oplists))
     extra = tuple(dict.fromkeys(str(Path(p)) for p in [*oplists, *settings.oplists]))

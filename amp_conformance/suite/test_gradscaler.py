@@ -145,7 +145,7 @@ def test_gradscaler_workflow(amp_target, amp_device, workflow):
     """Clipping, clipping after unscale_, gradient penalty, accumulation, several models
     and optimizers: scaled equals unscaled."""
     _needs_values(amp_target, _NO_SCALER)
-    training.check_workflow(amp_device, workflow)
+    training.check_workflow(amp_target, workflow)
 
 
 # -- what callers rely on across calls ---------------------------------------------------------

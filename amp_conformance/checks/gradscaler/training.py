@@ -203,6 +203,7 @@ def train(target: Target, dtype: torch.dtype, case: OptimizerCase, impl: str, or
             scaler.update()
             trace.scales.append(scaler.get_scale())
         trace.params.append(_snapshot([model]))
+        target.end_step()
     return trace
 
 
@@ -338,8 +339,9 @@ WORKFLOW_STEPS: dict[str, tuple[Callable, int, list[bool]]] = {
 }
 
 
-def run_workflow(device: str, name: str, scaled: bool) -> Trace:
+def run_workflow(target: Target, name: str, scaled: bool) -> Trace:
     iteration, count, _ = WORKFLOW_STEPS[name]
+    device = target.device
     models = [make_model(device, seed=k) for k in range(count)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     scaler = (torch.amp.GradScaler(device, init_scale=INIT_SCALE, growth_interval=1)
@@ -348,14 +350,15 @@ def run_workflow(device: str, name: str, scaled: bool) -> Trace:
     for i, (x, y) in enumerate(make_data(device)):
         iteration(loop, i, x, y, trace)
         trace.params.append(_snapshot(models))
+        target.end_step()
     return trace
 
 
-def check_workflow(device: str, name: str) -> None:
+def check_workflow(target: Target, name: str) -> None:
     """A workflow scaled equals it unscaled (the control skips the step the inf spoils)."""
     _, count, flags = WORKFLOW_STEPS[name]
-    where = f"GradScaler in the {name!r} workflow on {device}"
-    scaled, control = run_workflow(device, name, True), run_workflow(device, name, False)
+    where = f"GradScaler in the {name!r} workflow on {target.device}"
+    scaled, control = run_workflow(target, name, True), run_workflow(target, name, False)
     want = expected_scales(flags)
     if scaled.scales != want:
         raise ConformanceFailure(f"{where}: GradScaler.update gave scales {scaled.scales}, "
@@ -420,4 +423,5 @@ def train_declared(target: Target, dtype: torch.dtype, make: Callable[[str], Any
                 handle.remove()
         trace.scales.append(float(scaler.state_dict().get("scale", math.nan)))
         trace.params.append(_snapshot([model]))
+        target.end_step()
     return trace, states
