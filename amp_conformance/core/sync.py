@@ -25,7 +25,10 @@ _STEP_BOUNDARIES: dict[str, Callable[[], object]] = {}
 
 
 def declare_step_boundary(device: str, boundary: Callable[[], object] | None) -> None:
-    """A lazy device's end of a training step (None: the declaration withdrawn)."""
+    """A lazy device's end of a training step (None: the declaration withdrawn). Only the
+    checks that train call it (``Target.end_step``): it runs the pending graph of every
+    live tensor, which a synchronize of the device must not (a value an item keeps alive
+    that its device cannot compute is no error of the item that synchronizes)."""
     if boundary is None:
         _STEP_BOUNDARIES.pop(device, None)
     else:
@@ -36,14 +39,8 @@ def step_boundary(device: str) -> Callable[[], object] | None:
     return _STEP_BOUNDARIES.get(device)
 
 
-def synchronizer(device: str) -> Callable[[], object] | None:
-    """A lazy device's declared step boundary (it runs what is pending, reporting what
-    fails), else the synchronize :func:`_synchronize` chose."""
-    return _STEP_BOUNDARIES.get(device) or _synchronize(device)
-
-
 @functools.cache
-def _synchronize(device: str) -> Callable[[], None] | None:
+def synchronizer(device: str) -> Callable[[], None] | None:
     """The device's synchronize that works, chosen at its first call (the isolation asks
     before its first item runs): ``torch.accelerator``'s where the device is the current
     accelerator, else its device module's; None for cpu and meta, for a device that is not

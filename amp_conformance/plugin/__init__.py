@@ -171,8 +171,8 @@ def _amp_isolation(request: pytest.FixtureRequest):
     try:
         yield
     finally:
-        if sync.step_boundary(device) is not None:  # a failure's pending tensors, let go:
-            release_frames(getattr(sys, "last_value", None))  # not the next step's graph
+        if sync.step_boundary(device) is not None:  # a failure's pending tensors let go:
+            release_frames(getattr(sys, "last_value", None))  # no later step computes them
         late = sync.pending(device)
         leaked = start.diff(ItemState.capture(device))
         if leaked:  # a failure's frames may hold a guard (tensor printing's): let them go

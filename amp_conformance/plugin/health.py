@@ -309,8 +309,6 @@ class Watch:
         report = yield
         ran = report.when == "call" or (report.when == "setup" and report.failed)
         if ran and is_conformance(item):
-            if call.excinfo is not None:  # what the failure holds is reported: not late
-                _release(call)()  # (a lazy device would run its failed graph again)
             reason = self.health.loss(_failure(call), _release(call))
             if reason is not None:
                 self._lost(item, report, reason)
