@@ -122,3 +122,42 @@ def test_a_fake_tensor_of_an_absent_device_starts_no_real_device(monkeypatch, ab
         made = torch.empty(2, device=absent_device) * 2
     assert made.device.type == absent_device and calls == []
     assert fake_tensor.init_gpu_context is starts_a_real_device
+
+
+# -- a fake device refuses what the device refuses ----------------------------------------
+
+
+def test_a_fake_mps_refuses_the_kernels_mps_refuses():
+    """MPS has no 3-D transposed convolution in float16 or bfloat16 (none at all before
+    2.8): the fake raises the device's own error, and only for those inputs."""
+    from amp_conformance.core.target import Target
+
+    conv = torch.nn.functional
+    with Target("mps", fake=True).tensors():
+        x, w = torch.randn(2, 2, 4, 4, 4, device="mps"), torch.randn(2, 2, 3, 3, 3, device="mps")
+        assert conv.conv3d(x.half(), w.half()).dtype == torch.float16
+        with pytest.raises(RuntimeError, match="ConvTranspose 3D .*is not supported on MPS"):
+            conv.conv_transpose3d(x.half(), w.half())
+        if torch.__version__ >= "2.8":
+            assert conv.conv_transpose3d(x, w).dtype == torch.float32
+
+
+def test_a_dtype_a_vendor_declares_absent_is_refused_by_its_fake(pytester, tmp_path):
+    """capabilities float64 = false: the device's fake raises making a float64 tensor of
+    it, naming the declaration; withdrawn with the run."""
+    from amp_conformance.core import devices
+
+    caps = tmp_path / "caps.toml"
+    caps.write_text('[capabilities]\nfloat64 = false\n[reasons]\nfloat64 = "no fp64 units"\n')
+    pytester.makepyfile(test_declared='''
+        import pytest, torch
+
+        def test_refused(amp_target):
+            with amp_target.tensors():
+                assert torch.ones(2, device="xpu").dtype == torch.float32
+                with pytest.raises(TypeError, match="xpu has no float64 tensors .*no fp64 units"):
+                    torch.ones(2, dtype=torch.float64, device="xpu")
+    ''')
+    result = pytester.runpytest("--device", "xpu", "--fake", f"--capabilities={caps}")
+    result.assert_outcomes(passed=1)
+    assert torch.float64 not in devices.profile("xpu").refuses

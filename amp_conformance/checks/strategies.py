@@ -239,9 +239,9 @@ def ineligible_dtype_lists(
     return _with_ineligible(n, tuple(eligible), ineligible)
 
 
-@functools.cache  # asked at every draw
 def _lacks(device: str) -> frozenset[torch.dtype]:
-    """The dtypes the device has no tensors of (``DeviceProfile.refuses``)."""
+    """The dtypes the device has no tensors of (``DeviceProfile.refuses``, with what the
+    run declares)."""
     return frozenset(devices.profile(device).refuses)
 
 

@@ -22,6 +22,46 @@ MPS_NO_FLOAT64 = ("Cannot convert a MPS Tensor to float64 dtype as the MPS frame
 
 
 @dataclass(frozen=True)
+class OpRefusal:
+    """Inputs an op's kernel on the device refuses, with the error it raises there (from
+    PyTorch's source for the device, in the releases ``since``/``until`` bound); the
+    device's fake raises the same (``core.target``)."""
+
+    op: str  #: the ATen overload that reaches the kernel, as torch.ops names it
+    applies: Callable[[tuple, Mapping[str, Any]], bool]
+    kind: type[Exception]
+    message: str
+    since: str | None = None
+    until: str | None = None
+
+    def refused(self, op_name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
+        from amp_conformance.schema.versions import version_gap
+
+        return (op_name == self.op and version_gap(self.since, self.until, None) is None
+                and bool(self.applies(args, kwargs)))
+
+
+def _transposed_3d(dtypes: tuple[torch.dtype, ...] | None) -> Callable[[tuple, Mapping], bool]:
+    """aten.convolution of a 5-D input, transposed (of one of ``dtypes``; None: any)."""
+    def applies(args: tuple, kwargs: Mapping[str, Any]) -> bool:
+        x = args[0]
+        transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
+        return bool(transposed) and x.dim() == 5 and (dtypes is None or x.dtype in dtypes)
+    return applies
+
+
+#: aten/src/ATen/native/mps/operations/Convolution.mm, _mps_convolution_transpose: no 3-D
+#: transposed convolution before 2.8 (pytorch#154696 added float32), none in float16 or
+#: bfloat16 since (pytorch#160739)
+MPS_OP_REFUSALS = (
+    OpRefusal("aten.convolution.default", _transposed_3d(None), RuntimeError,
+              "ConvTranspose 3D is not supported on MPS", until="2.8"),
+    OpRefusal("aten.convolution.default", _transposed_3d(LOWER_DTYPES), RuntimeError,
+              "ConvTranspose 3D with BF16 or FP16 types is not supported on MPS", since="2.8"),
+)
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """What the suite knows about one in-tree autocast device type; one row per device.
 
@@ -52,6 +92,8 @@ class DeviceProfile:
     #: dtypes the device has no tensors of -> (the exception, its message) it raises making
     #: one; its fake raises the same (``core.target``)
     refuses: Mapping[torch.dtype, tuple[type[Exception], str]] = field(default_factory=dict)
+    #: inputs some ops' kernels refuse on the device; its fake refuses the same
+    refuses_ops: tuple[OpRefusal, ...] = ()
 
 
 #: The device types torch.autocast knows by name (a PrivateUse1 backend adds its own).
@@ -60,7 +102,8 @@ PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("cuda", "CUDA", legacy="cuda.amp.autocast", rejects_unsupported_dtype=False,
                   fake_quirks=("cudnn_off",), atlas=True),
     DeviceProfile("xpu", "XPU", atlas=True),
-    DeviceProfile("mps", "MPS", atlas=True, refuses={torch.float64: (TypeError, MPS_NO_FLOAT64)}),
+    DeviceProfile("mps", "MPS", atlas=True, refuses={torch.float64: (TypeError, MPS_NO_FLOAT64)},
+                  refuses_ops=MPS_OP_REFUSALS),
     DeviceProfile("mtia", "MTIA"),
     DeviceProfile("maia", "MAIA"),
     DeviceProfile("hpu", "HPU"),
@@ -72,9 +115,26 @@ PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
 PRIVATEUSE1 = DeviceProfile("privateuseone", "PrivateUse1")
 
 
+#: device -> dtypes this run's declarations say it has no tensors of (capability float64)
+_DECLARED_REFUSALS: dict[str, dict[torch.dtype, tuple[type[Exception], str]]] = {}
+
+
+def declare_refusal(device: str, dtype: torch.dtype, message: str | None) -> None:
+    """A dtype the vendor declares its device lacks: its fake refuses it with ``message``
+    (None: the declaration withdrawn)."""
+    declared = _DECLARED_REFUSALS.setdefault(device, {})
+    if message is None:
+        declared.pop(dtype, None)
+    else:
+        declared[dtype] = (TypeError, message)
+
+
 def profile(device: str) -> DeviceProfile:
-    """The device's profile; a PrivateUse1 backend (any other name) gets PRIVATEUSE1's."""
-    return PROFILES.get(device) or replace(PRIVATEUSE1, name=device)
+    """The device's profile (a PrivateUse1 backend, any other name, gets PRIVATEUSE1's),
+    with the dtypes this run declares it lacks."""
+    found = PROFILES.get(device) or replace(PRIVATEUSE1, name=device)
+    declared = _DECLARED_REFUSALS.get(device)
+    return replace(found, refuses={**declared, **found.refuses}) if declared else found
 
 
 def atlas_devices() -> tuple[str, ...]:

@@ -65,25 +65,31 @@ def _fake_tensors(device: str) -> Iterator[None]:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         if not devices.is_available(device):
             stack.enter_context(_no_real_context_for(device))
-        mode = _refusing(device) if profile.refuses else FakeTensorMode
+        refusals = (tuple(profile.refuses.items()), profile.refuses_ops)
+        mode = _refusing(device, *refusals) if any(refusals) else FakeTensorMode
         stack.enter_context(mode(allow_non_fake_inputs=True))
         yield
 
 
-@functools.cache  # one class per device, made at its first fake tensors
-def _refusing(device: str) -> type:
-    """FakeTensorMode refusing what the device refuses: an op that makes a tensor of the
-    device in a dtype it lacks raises the device's own error (``DeviceProfile.refuses``).
-    A subclass, not a mode of its own: dynamo compiles under FakeTensorMode, not under a
-    user's TorchDispatchMode."""
+@functools.cache  # one class per device and refusals, made at its first fake tensors
+def _refusing(device: str, dtypes: tuple, ops: tuple[devices.OpRefusal, ...]) -> type:
+    """FakeTensorMode refusing what the device refuses, with the device's own error: an op
+    that makes a tensor of the device in a dtype it lacks (``DeviceProfile.refuses``), an op
+    given inputs its kernel there refuses (``DeviceProfile.refuses_ops``). A subclass, not a
+    mode of its own: dynamo compiles under FakeTensorMode, not under a user's
+    TorchDispatchMode."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    refuses = devices.profile(device).refuses
+    refuses = dict(dtypes)
 
     class Refusing(FakeTensorMode):
         depth = 0  # FakeTensorMode dispatches again inside a call: only the outer one refuses
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not self.depth:
+                for refusal in ops:
+                    if refusal.refused(str(func), args, kwargs or {}) and _on(device, args):
+                        raise refusal.kind(refusal.message)
             self.depth += 1
             try:
                 out = super().__torch_dispatch__(func, types, args, kwargs)
@@ -98,6 +104,13 @@ def _refusing(device: str) -> type:
                     raise kind(message)
             return out
     return Refusing
+
+
+def _on(device: str, args: tuple) -> bool:
+    """Whether the call's first tensor is on ``device`` (whose kernel would run)."""
+    first = next((t for t in torch.utils._pytree.tree_leaves(args)
+                  if isinstance(t, torch.Tensor)), None)
+    return first is not None and first.device.type == device
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from amp_conformance.checks import registry
 from amp_conformance.core import devices, sync
@@ -435,6 +436,12 @@ def apply(config: pytest.Config, settings: Settings) -> Settings:
                 f"({caps.sources.get('bitwise', 'capabilities')}); drop --numerics bitwise "
                 "(numerics are compared with tolerances)")
         numerics = "close"
+    if settings.fake and not caps.get("float64"):  # its fake refuses what it lacks
+        where = caps.sources.get("float64", "capabilities")
+        devices.declare_refusal(device, torch.float64,
+                                f"{device} has no float64 tensors (declared in {where}: "
+                                f"{caps.why('float64')})")
+        config.add_cleanup(lambda: devices.declare_refusal(device, torch.float64, None))
     if caps.step_boundary is not None and not settings.fake:
         where = _where(caps.sources.get("step_boundary", "capabilities"),
                        "capabilities.step_boundary")

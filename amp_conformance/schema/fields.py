@@ -266,6 +266,8 @@ class CompiledDefect:
     expect: str | tuple[str, ...]
     #: the torch.compile backends it was seen with; any other backend must agree with eager
     backends: tuple[str, ...]
+    #: with ``expect = "error"``: the start of what the compiled call raises today
+    error: str | None = None
 
     @property
     def defect(self) -> Defect:
@@ -276,7 +278,7 @@ class CompiledDefect:
         return backend in self.backends and self.defect.applies()
 
 
-_COMPILED_KEYS = ("id", "expect", "backends")
+_COMPILED_KEYS = ("id", "expect", "backends", "error")
 
 
 def _compiled_defect(value: Any) -> CompiledDefect:
@@ -290,9 +292,15 @@ def _compiled_defect(value: Any) -> CompiledDefect:
                                 f"oplists/defects.toml: {', '.join(sorted(defect_registry()))}"))
     expect = None
     try:
-        expect = v.dtypes(("amp", "widest"))(value.get("expect"))
+        expect = v.dtypes(("amp", "widest", "error"))(value.get("expect"))
     except Invalid as exc:
         problems.extend((f".expect{sub}", m) for sub, m in exc.problems)
+    error = value.get("error")
+    if (expect == "error") != (error is not None):
+        problems.append((".error", 'the start of the error message, with expect = "error" '
+                                   'and only with it'))
+    elif error is not None and not (isinstance(error, str) and error.strip()):
+        problems.append((".error", f"expected a non-empty string, got {error!r}"))
     backends = value.get("backends")
     if not isinstance(backends, list) or not backends or not all(
             isinstance(b, str) and b for b in backends):
@@ -300,7 +308,7 @@ def _compiled_defect(value: Any) -> CompiledDefect:
                                       f"backends it was seen with, got {backends!r}"))
     if problems:
         raise Invalid(*problems)
-    return CompiledDefect(value["id"], expect, tuple(backends))
+    return CompiledDefect(value["id"], expect, tuple(backends), error)
 
 
 # -- the entry table -------------------------------------------------------------------
@@ -395,10 +403,12 @@ ENTRY_FIELDS: tuple[Field, ...] = (
     Field("compiled_defect", "table", None, _compiled_defect,
           "PyTorch's own departure in the compiled tier (`--amp-compile`), recorded in "
           "`oplists/defects.toml`: `{id = \"<defect>\", expect = <the output dtype(s) the "
-          "compiled call gives today>, backends = [<the backends it was seen with>]}`. With "
+          "compiled call gives today, or \"error\">, error = <start of its message, with "
+          "expect = \"error\">, backends = [<the backends it was seen with>]}`. With "
           "one of those backends `compiled_policy` passes when the compiled call gives eager's "
-          "dtypes and values or, where it does not, `expect` (and eager's shapes); the report "
-          "says which. Any other backend must agree with eager. Only where it was observed.",
+          "dtypes and values or, where it does not, `expect` (and eager's shapes) or the "
+          "error; the report says which. Any other backend must agree with eager. Only where "
+          "it was observed.",
           default_doc="none"),
     Field("skip", "array of tables", [], _skips,
           "Where checks of the entry cannot be made: tables of conditions, `check` and "

@@ -24,6 +24,7 @@ from amp_conformance.checks.case import Case
 from amp_conformance.checks.expectations import expected_inside
 from amp_conformance.checks.reproduction import _dtype_problems
 from amp_conformance.core.casting import tensors_in
+from amp_conformance.core.errors import chain
 from amp_conformance.schema.defects import DefectUse
 from amp_conformance.schema.fields import CompiledDefect
 
@@ -37,10 +38,11 @@ def eager_raised(case: Case, exc: BaseException) -> DefectUse | None:
     return use if str(exc).startswith(use.error) else None
 
 
-def raised_the_defect(use: DefectUse, exc: BaseException) -> bool:
+def raised_the_defect(use: DefectUse | CompiledDefect, exc: BaseException) -> bool:
     """Whether the compiled call raised the defect's error (dynamo's TorchRuntimeError
-    quotes the error of the fake-tensor call it wraps)."""
-    return bool(use.error) and use.error in str(exc)
+    quotes the error of the fake-tensor call it wraps; a backend's BackendCompilerFailed
+    is raised from it)."""
+    return bool(use.error) and any(use.error in str(e) for e in chain(exc))
 
 
 def contract_problems(case: Case, variant: str, actual: Any) -> list[str]:

@@ -272,3 +272,21 @@ fake_mutant("mps-exp-through-float64",
             lambda: override_kernel("exp", "AutocastMPS", _exp_through_float64),
             ("torch.exp", "MPS framework doesn't support float64"),
             "test_policy and torch_fp32-exp]", device="mps")
+
+
+def _conv_transpose3d_through_half(redispatch):
+    def kernel(input, weight, bias=None, *args):
+        half = [t.to(torch.float16) if t is not None and is_eligible(t, "mps") else t
+                for t in (input, weight, bias)]
+        return redispatch(*half, *args).to(torch.float32)  # float32, as the policy says
+    return kernel
+
+
+fake_mutant("mps-conv-transpose3d-through-half",
+            "AutocastMPS conv_transpose3d computes in float16 and returns float32: the dtype "
+            "the policy asks for, through a kernel MPS refuses (no 3-D transposed convolution "
+            "in float16 or bfloat16; caught only where the fake device refuses it too)",
+            lambda: override_kernel("conv_transpose3d.input", "AutocastMPS",
+                                    _conv_transpose3d_through_half),
+            ("ConvTranspose 3D with BF16 or FP16 types is not supported on MPS",),
+            "test_policy and torch_fp32-conv_transpose3d]", device="mps")
