@@ -8,6 +8,8 @@ naming the module and what it raised, instead of a traceback or a silent exit st
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 from amp_conformance.core.errors import describe_error, first_line
 
@@ -28,3 +30,24 @@ def import_backend(module: str) -> None:
     except Exception as exc:  # noqa: BLE001 - any failure of a backend import is reported
         raise BackendError(f"--backend-module {module}: importing it raised "
                            f"{describe_error(exc)}") from None
+
+
+def is_reference(text: str) -> bool:
+    """Whether ``text`` is written ``module:function`` (dotted names both)."""
+    module, _, name = text.partition(":")
+    return all(part.isidentifier() for part in [*module.split("."), *name.split(".")])
+
+
+def resolve(text: str) -> Callable[..., Any]:
+    """The callable ``module:function`` names; else a BackendError saying why."""
+    module, _, name = text.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise BackendError(f"{text!r} cannot be resolved: {describe_error(exc)}") from None
+    if not callable(found):
+        raise BackendError(f"{text!r} is {type(found).__name__}, not callable")
+    return found
+

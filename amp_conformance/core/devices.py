@@ -4,12 +4,14 @@ dtypes it supports, its Autocast dispatch key, its legacy entry point."""
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch.torch_version import TorchVersion
 
 from amp_conformance.core.errors import describe_error
 
@@ -35,9 +37,9 @@ class OpRefusal:
     until: str | None = None
 
     def refused(self, op_name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
-        from amp_conformance.schema.versions import version_gap
-
-        return (op_name == self.op and version_gap(self.since, self.until, None) is None
+        release = TorchVersion(re.match(r"[\d.]*\d", torch.__version__).group())
+        return (op_name == self.op and (self.since is None or release >= self.since)
+                and (self.until is None or release < self.until)
                 and bool(self.applies(args, kwargs)))
 
 

@@ -33,12 +33,11 @@ prefix (``amp_conformance/suite/test_cast_cache.py::``) per line, ``# reason`` a
 
 from __future__ import annotations
 
-import importlib
 import os
 import reprlib
 import tomllib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,8 @@ import pytest
 import torch
 
 from amp_conformance.checks import registry
-from amp_conformance.core import devices, sync
+from amp_conformance.core import backend, devices, sync
+from amp_conformance.core.backend import BackendError
 from amp_conformance.core.errors import describe_error
 from amp_conformance.plugin.items import check_of
 from amp_conformance.plugin.options import Settings
@@ -164,7 +164,7 @@ def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]
                     f"{_where(source, key)}: expected a non-empty list of distinct dtypes among "
                     f"{', '.join(_AMP_DTYPES)}, got {value!r}")
             value = list(value)
-        if kind is str and not (isinstance(value, str) and _is_reference(value)):
+        if kind is str and not (isinstance(value, str) and backend.is_reference(value)):
             raise DeclarationError(f"{_where(source, key)}: expected 'module:function' (e.g. "
                                    f"'torch_xla:sync'), got {value!r}")
         values[name] = value
@@ -179,27 +179,6 @@ def parse_capabilities(data: Any, source: str, device: str) -> tuple[dict, dict]
         if not isinstance(text, str) or not text.strip():
             raise DeclarationError(f"{_where(source, key)}: expected a non-empty string")
     return values, dict(reasons)
-
-
-def _is_reference(text: str) -> bool:
-    module, _, name = text.partition(":")
-    return all(part.isidentifier() for part in [*module.split("."), *name.split(".")])
-
-
-def resolve_reference(text: str, where: str) -> Callable[[], Any]:
-    """The callable a ``module:function`` declaration names; else a DeclarationError
-    naming ``where`` (the declaration's file and field)."""
-    module, _, name = text.partition(":")
-    try:
-        found: Any = importlib.import_module(module)
-        for part in name.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise DeclarationError(f"{where}: {text!r} cannot be resolved: "
-                               f"{describe_error(exc)}") from None
-    if not callable(found):
-        raise DeclarationError(f"{where}: {text!r} is {type(found).__name__}, not callable")
-    return found
 
 
 def _read_text(path: str | Path, what: str, form: str) -> str:
@@ -446,9 +425,9 @@ def apply(config: pytest.Config, settings: Settings) -> Settings:
         where = _where(caps.sources.get("step_boundary", "capabilities"),
                        "capabilities.step_boundary")
         try:
-            sync.declare_step_boundary(device, resolve_reference(caps.step_boundary, where))
-        except DeclarationError as exc:
-            raise _usage(exc) from None
+            sync.declare_step_boundary(device, backend.resolve(caps.step_boundary))
+        except BackendError as exc:
+            raise _usage(DeclarationError(f"{where}: {exc}")) from None
         config.add_cleanup(lambda: sync.declare_step_boundary(device, None))
     config.stash[_DECLARATIONS] = Declarations(caps, tuple(expectations), tuple(files),
                                                tuple(oplists))
