@@ -519,3 +519,14 @@ def test_a_runners_restored_failure_reproduces_what_it_names():
     finally:
         before.restore()
     assert named and all(n in out.getvalue() for n in named), (named, out.getvalue())
+
+
+def test_a_failure_names_each_input_as_it_was_sent():
+    """An argument declared float32 is sent in float32: a message does not say the inputs
+    were in bfloat16."""
+    from amp_conformance.checks.wrappers.island_inputs import as_sent
+
+    x, w, n = torch.ones(2, dtype=torch.bfloat16), torch.ones(2), torch.ones(2, dtype=torch.int64)
+    assert as_sent((None, None), (x, n), torch.bfloat16) == "inputs in bfloat16"
+    assert as_sent((None, torch.float32, None), (x, w, n), torch.bfloat16) == (
+        "input 0 bfloat16, input 1 float32 (declared float32), input 2 int64")

@@ -383,3 +383,28 @@ def test_a_float32_name_unclaimed_on_a_device_is_skipped_there_with_why():
         f"(declared float32_unclaimed): {why}")
     assert not_applicable(dataclasses.replace(skipped, device="cpu"), (torch.bfloat16,),
                           False) is None
+
+
+@pytest.mark.parametrize("device", ["cuda", "xpu", "mps"])
+def test_library_code_that_asks_the_device_runs_on_its_fake(device):
+    """A training library's ``default_device()`` asks torch.accelerator, its logging the
+    device module: on a fake device they answer as the one available accelerator, and are
+    put back afterwards."""
+    def default_device() -> torch.device:
+        acc = torch.accelerator.current_accelerator()
+        index = getattr(torch.accelerator, "current_device_index", None) \
+            or torch.accelerator.current_device_idx  # torch 2.6's name
+        return torch.device(acc.type, index())
+
+    with fake_device.on_device(Target(device, True)):
+        where = default_device()
+        module = torch.get_device_module(where)
+        module.synchronize()
+        module.manual_seed(0)
+        x = torch.randn(4, 4, device=where)
+        assert (where.type, torch.accelerator.device_count(), x.device.type) == (device, 1, device)
+        if hasattr(module, "memory_allocated"):
+            assert module.memory_allocated() == 0
+        with torch.autocast(where.type, dtype=torch.bfloat16):
+            assert (x @ x).dtype == torch.bfloat16
+    assert torch.accelerator.current_accelerator() is None or not torch.accelerator.is_available()

@@ -1,9 +1,12 @@
 """The calls library code makes beyond ops, as they behave on the device (``--fake``).
 
-- ``torch.cuda``'s device queries answer as for one available device: ``current_device``,
-  ``device_count``, ``get_device_properties``, ``get_device_capability``,
-  ``get_device_name``, ``set_device`` and ``synchronize`` (a Hopper-class GPU: bfloat16,
-  compute capability 9.0); its streams and events wait for nothing (ops run at once).
+- ``torch.accelerator`` and the device's module (``torch.cuda``, ``torch.xpu``,
+  ``torch.mps``: what ``torch.get_device_module`` gives) answer as for one available device:
+  the current accelerator and device, the device count, its properties, capability and name
+  (a Hopper-class GPU: bfloat16, compute capability 9.0), bfloat16 support, synchronize,
+  memory queries (nothing allocated), RNG state and seeds (no generator to seed: fake tensors
+  draw no values); streams and events wait for nothing (ops run at once). Only the calls the
+  running torch has are answered, so code calling one it lacks fails as on the device.
 - ``Tensor.item()`` gives a number without a value (:class:`NoValue`): printed, logged or
   added up it is fine; deciding a branch, compared or made an index it raises
   ``NotApplicable`` naming the call, as do ``tolist()`` and ``numpy()``.
@@ -93,19 +96,19 @@ class NoValue(float):
     __neg__ = __pos__ = __abs__ = __mod__ = __rmod__ = _again
 
 
-_PROPERTIES = SimpleNamespace(name="amp-conformance fake cuda device", major=9, minor=0,
+_PROPERTIES = SimpleNamespace(name="amp-conformance fake device", major=9, minor=0,
                               total_memory=80 * 2**30, multi_processor_count=132,
                               is_integrated=False, is_multi_gpu_board=False,
                               L2_cache_size=50 * 2**20, warp_size=32)
 
 
 def _index_of(device: Any = None) -> int:
-    """The device index asked for: 0, the one the fake cuda device has; another raises as
+    """The device index asked for: 0, the one the fake device has; another raises as
     the device would."""
     index = device if isinstance(device, int) or device is None else torch.device(device).index
     if index not in (None, 0):
-        raise RuntimeError(f"CUDA error: invalid device ordinal (device {index}; the fake "
-                           "cuda device has one, index 0)")
+        raise RuntimeError(f"invalid device ordinal (device {index}; the fake device has "
+                           "one, index 0)")
     return 0
 
 
@@ -124,8 +127,14 @@ def _name(device: Any = None) -> str:
     return _PROPERTIES.name
 
 
-def _nothing(device: Any = None) -> None:
+def _nothing(device: Any = None, *_: Any, **__: Any) -> None:
+    if not isinstance(device, (torch.Tensor, list)):  # set_rng_state(state) and kin
+        _index_of(device)
+
+
+def _zero(device: Any = None) -> int:
     _index_of(device)
+    return 0
 
 
 class _Stream:
@@ -135,6 +144,10 @@ class _Stream:
     def __init__(self, *_: Any, **__: Any):
         self.device = torch.device("cuda", 0)
 
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, *_: Any) -> None: ...
     def wait_stream(self, *_: Any) -> None: ...
     def wait_event(self, *_: Any) -> None: ...
     def record_event(self, *_: Any) -> _Stream:
@@ -143,22 +156,65 @@ class _Stream:
     def synchronize(self) -> None: ...
     def query(self) -> bool:
         return True
+    def elapsed_time(self, *_: Any) -> float:
+        return 0.0
 
 
-def _cuda_calls() -> dict[str, Callable[..., Any]]:
-    return {"current_device": lambda: 0, "device_count": lambda: 1,
+def _rng_state(device: Any = None) -> torch.Tensor:
+    _index_of(device if not isinstance(device, str) or ":" in device else None)
+    return torch.zeros(16, dtype=torch.uint8, device="cpu")
+
+
+def _module_calls() -> dict[str, Callable[..., Any]]:
+    """The device module's calls, as for one available device."""
+    total = _PROPERTIES.total_memory
+    return {"is_available": lambda: True, "is_initialized": lambda: True, "init": lambda: None,
+            "current_device": lambda: 0, "device_count": lambda: 1,
             "get_device_properties": _properties, "get_device_capability": _capability,
-            "get_device_name": _name, "set_device": _nothing, "synchronize": _nothing,
+            "get_device_name": _name, "is_bf16_supported": lambda *a, **k: True,
+            "set_device": _nothing, "synchronize": _nothing,
             "Stream": _Stream, "Event": _Stream, "current_stream": _Stream,
-            "default_stream": _Stream, "stream": lambda *_: contextlib.nullcontext()}
+            "default_stream": _Stream, "stream": lambda *_: contextlib.nullcontext(),
+            "set_stream": _nothing,
+            "memory_allocated": _zero, "max_memory_allocated": _zero,
+            "memory_reserved": _zero, "max_memory_reserved": _zero,
+            "current_allocated_memory": lambda: 0, "driver_allocated_memory": lambda: 0,
+            "reset_peak_memory_stats": _nothing, "reset_max_memory_allocated": _nothing,
+            "reset_accumulated_memory_stats": _nothing, "empty_cache": lambda: None,
+            "mem_get_info": lambda device=None: (total, total),
+            "memory_stats": lambda device=None: {},
+            "get_rng_state": _rng_state, "set_rng_state": _nothing,
+            "get_rng_state_all": lambda: [_rng_state()], "set_rng_state_all": _nothing,
+            "manual_seed": _nothing, "manual_seed_all": _nothing, "seed": lambda: None,
+            "seed_all": lambda: None, "initial_seed": lambda: 0}
+
+
+def _accelerator_calls(device: str) -> dict[str, Callable[..., Any]]:
+    """``torch.accelerator``'s calls, the fake device being the current accelerator."""
+    calls = {name: fn for name, fn in _module_calls().items()
+             if name in ("synchronize", "current_stream", "set_stream", "empty_cache",
+                         "memory_stats", "memory_allocated", "max_memory_allocated",
+                         "memory_reserved", "max_memory_reserved",
+                         "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+                         "device_count", "is_available")}
+    total = _PROPERTIES.total_memory
+    return {**calls, "current_accelerator": lambda check_available=False: torch.device(device),
+            "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
+            "set_device_index": _nothing, "set_device_idx": _nothing,
+            "device_index": lambda *_: contextlib.nullcontext(),
+            "get_memory_info": lambda device=None: (total, total)}
 
 
 @contextlib.contextmanager
-def cuda_available() -> Iterator[None]:
-    """``torch.cuda``'s device queries as for one available device."""
+def device_available(device: str) -> Iterator[None]:
+    """``torch.accelerator`` and ``torch.<device>`` as for one available ``device``, the
+    current accelerator (each call the running torch has)."""
     with contextlib.ExitStack() as stack:
-        for name, fn in _cuda_calls().items():
-            stack.enter_context(mock.patch.object(torch.cuda, name, fn))
+        for module, calls in ((getattr(torch, "accelerator", None), _accelerator_calls(device)),
+                              (getattr(torch, device, None), _module_calls())):
+            for name, fn in calls.items() if module is not None else ():
+                if hasattr(module, name):
+                    stack.enter_context(mock.patch.object(module, name, fn))
         yield
 
 

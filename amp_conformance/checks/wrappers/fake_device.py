@@ -48,16 +48,14 @@ _SAME_DTYPE = {aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.addmm.def
 
 @contextlib.contextmanager
 def available(device: str) -> Iterator[None]:
-    """CUDA as on a GPU with bfloat16: ``torch.cuda.is_available()`` and what
-    ``torch.autocast("cuda")`` asks (without it the region disables itself); other device
-    types' regions ask nothing."""
-    if device != "cuda":
-        yield
-        return
-    with mock.patch.object(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False), \
-            mock.patch.object(torch.cuda, "is_bf16_supported", lambda *a, **k: True), \
-            mock.patch.object(torch.cuda, "is_available", lambda: True), \
-            fake_calls.cuda_available():
+    """The device as the one available accelerator (``fake_calls.device_available``): a
+    GPU with bfloat16, and for CUDA what ``torch.autocast("cuda")`` asks (without it the
+    region disables itself)."""
+    with contextlib.ExitStack() as stack:
+        if device == "cuda":
+            stack.enter_context(mock.patch.object(
+                torch.cuda.amp.common, "amp_definitely_not_available", lambda: False))
+        stack.enter_context(fake_calls.device_available(device))
         yield
 
 

@@ -25,6 +25,7 @@ from amp_conformance.checks.wrappers.declare import INPUT, REGION, float32_body
 from amp_conformance.checks.wrappers.fake_device import on_device
 from amp_conformance.checks.wrappers.island_inputs import (
     activations,
+    as_sent,
     built,
     by_hand,
     first_floating,
@@ -63,6 +64,17 @@ def parts(case: WrapperCase, xs: tuple[Any, ...], region: torch.dtype | None
     each = w.ending if isinstance(w.ending, tuple) else (w.ending,)
     return {"before": (_dtypes(w.before, xs, region),) if w.before else (),
             "ending": tuple({_dtypes(e, xs, region) for e in each if e is not None})}
+
+
+def _crossing(case: WrapperCase, island: Any, xs: tuple[Any, ...], passes: int
+              ) -> dict[str, float]:
+    """The amp dtype's tolerance once per rounding a value crosses: the ops the island's
+    region parts computed in a lower precision (at least one), ``passes`` times (forward,
+    and backward through them)."""
+    with torch.no_grad(), torch.autocast(case.device, dtype=case.amp_dtype):
+        trace, _ = run_traced(island, xs)
+    times = passes * max(1, trace.rounded())
+    return {k: v * times for k, v in _AMP_TOLERANCE[case.amp_dtype].items()}
 
 
 def _lower_precision(case: WrapperCase) -> bool:
@@ -104,11 +116,12 @@ def check_float32(case: WrapperCase) -> None:
             with t.autocast(case.amp_dtype):
                 trace, out = run_traced(island, xs)
             lower = trace.lower(**parts(case, xs, case.amp_dtype))
+            sent = as_sent(rules, xs, dtype)
             if lower:
-                problems.append(f"inputs in {devices.dtype_name(dtype)}: {lower}")
+                problems.append(f"{sent}: {lower}")
             wrong = _returns_problem(case, out, xs, case.amp_dtype)
             if wrong:
-                problems.append(f"inputs in {devices.dtype_name(dtype)}: {wrong}")
+                problems.append(f"{sent}: {wrong}")
     if problems:
         promise = F.ISLAND_FLOAT32 if any("computed" in p for p in problems) else F.ISLAND_RETURNS
         F.fail(case, promise, problems, _repro(case, case.amp_dtype))
@@ -182,7 +195,7 @@ def check_nesting(case: WrapperCase) -> None:
                     trace, _ = run_traced(island, xs)
                     changes = before.diff(AutocastState.capture(dev))
                 lower = trace.lower(**parts(case, xs, dtypes[-1]))
-                inputs = f" (inputs in {devices.dtype_name(dtype)})"
+                inputs = f" ({as_sent(rules, xs, dtype)})"
                 problems += [f"inside {where}{inputs}: {lower}"] if lower else []
                 problems += [f"inside {where}{inputs}, after it: {c}" for c in changes]
         if case.wrapper.context is not None:
@@ -243,14 +256,15 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
     every parameter, each in its own dtype, equal to those of the float32 computation
-    (an input's within the amp dtype's tolerances, as it was sent in it; a parameter's too
-    where the island declares a part in a lower precision); not applicable where no output
-    depends on either."""
+    (an input's within the amp dtype's tolerances, as it was sent in it; a parameter's,
+    where the island declares a part in a lower precision, within them once per rounding
+    it crosses there and back); not applicable where no output depends on either."""
     dev, problems = case.device, []
-    tolerance = _AMP_TOLERANCE[case.amp_dtype] if _lower_precision(case) else {}
     with kept(dev), grad_and_dtype_restored():
         torch.set_grad_enabled(True)
         island, made, rules = built(case)
+        tolerance = (_crossing(case, island, by_hand(rules, made, case.amp_dtype), 2)
+                     if _lower_precision(case) else {})
         got, got_params, _ = _grads(case, island, made, rules, in_region=True)
         want, want_params, _ = _grads(case, island, made, rules, in_region=False)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -287,17 +301,17 @@ def check_numerics(case: WrapperCase) -> None:
     (the declared reference, or the island outside any region), within the output dtype's
     tolerances (the amp dtype's where the island declares a part in a lower precision)."""
     dev, amp, problems = case.device, case.amp_dtype, []
-    tolerance = _AMP_TOLERANCE[amp] if _lower_precision(case) else {}
     with kept(dev), torch.no_grad():
         island, made, rules = built(case)
+        tolerance = (_crossing(case, island, by_hand(rules, made, amp), 1)
+                     if _lower_precision(case) else {})
         for dtype in (amp, torch.float32):
             xs = activations(target(case), rules, made, dtype)
             with torch.autocast(dev, dtype=amp):
                 out = island(*xs)
             with torch.autocast(dev, enabled=False):
                 want = (case.wrapper.reference or island)(*widened(rules, xs))
-            problems += _differences(out, want, f"inputs in {devices.dtype_name(dtype)}: ",
-                                     tolerance)
+            problems += _differences(out, want, f"{as_sent(rules, xs, dtype)}: ", tolerance)
     if problems:
         F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))
 

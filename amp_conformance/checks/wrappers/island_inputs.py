@@ -19,10 +19,15 @@ import torch
 
 from amp_conformance.checks.wrappers.cases import WrapperCase
 from amp_conformance.checks.wrappers.declare import DeclarationError
+from amp_conformance.core import devices, rng
 from amp_conformance.core.casting import tensors_in
 from amp_conformance.core.target import Target
 
 Rules = tuple[Any, ...]
+
+
+#: the seed the generators hold while a declaration builds its island and inputs
+BUILD_SEED = 1234
 
 
 def target(case: WrapperCase) -> Target:
@@ -73,7 +78,8 @@ def built(case: WrapperCase) -> tuple[Callable[..., Any], tuple[Any, ...], Rules
     """The island, its inputs as made and one sending rule per input; a declaration
     error where either holds autograd history or the rules do not match the inputs."""
     w, dev = case.wrapper, case.device
-    island, made = w.island(dev), tuple(w.inputs(dev))
+    with rng.seeded("cpu" if case.fake else dev, BUILD_SEED):  # a layer built at random repeats
+        island, made = w.island(dev), tuple(w.inputs(dev))
     for i, x in enumerate(made):
         if isinstance(x, torch.Tensor) and x.grad_fn is not None:
             raise DeclarationError(w.name, "inputs", f"input {i} is a tensor with autograd "
@@ -139,3 +145,19 @@ def _by_rule(rule: Any, x: Any, dtype: torch.dtype, default: Callable[[Any], Any
 
 def first_floating(values: tuple[Any, ...]) -> torch.dtype:
     return next(t.dtype for t in tensors_in(values) if t.is_floating_point())
+
+
+def as_sent(rules: Rules, xs: tuple[Any, ...], dtype: torch.dtype) -> str:
+    """The inputs as they were sent, for a message: ``inputs in bfloat16`` where every
+    floating one is, else each named (an argument declared float32 is not "in bfloat16")."""
+    kinds = [x.dtype if isinstance(x, torch.Tensor) else None for x in xs]
+    if all(k == dtype for k, x in zip(kinds, xs, strict=True) if floating(x)):
+        return f"inputs in {devices.dtype_name(dtype)}"
+    said = []
+    for i, (rule, x, kind) in enumerate(zip(rules, xs, kinds, strict=True)):
+        text = f"input {i} " + (devices.dtype_name(kind) if kind is not None else type(x).__name__)
+        if isinstance(rule, torch.dtype):
+            text += f" (declared {devices.dtype_name(rule)})"
+        said.append(text)
+    return ", ".join(said)
+

@@ -64,6 +64,10 @@ class Trace(TorchDispatchMode):
             self._computed.update((id(t), t) for t in floating)
         return out
 
+    def rounded(self) -> int:
+        """How many ops computed in a lower precision (each rounds what crosses it)."""
+        return sum(any(d in devices.LOWER_DTYPES for d in dtypes) for _, dtypes in self.ops)
+
     @property
     def core_start(self) -> int | None:
         """The first op that computed in float32 from a floating tensor (None: none did)."""
