@@ -81,9 +81,12 @@ def verdicts_of(case: OpinfoCase, first_only: bool = False
                             departures.departures_of(case.ref.name, case.ref.variant),
                             incomparable=departures.incomparable(case.ref.name, case.ref.variant))
     found = []
-    with _quiet_fake_tensors(), case.target.tensors():
+    with _quiet_fake_tensors():
+        # drawn outside the fake device's tensors: a sample maker may read values (addcdiv's
+        # keeps its divisor from zero), which fake tensors have none of
         drawn = calls.draw(op, case.target.device, case.target.fake, case.amp_dtype,
                            1 if first_only else case.samples)
+    with _quiet_fake_tensors(), case.target.tensors():
         for form, call in calls.calls(op, case.target.device, case.target.fake, drawn):
             if first_only and form != calls.Form(0, torch.float32):
                 break
