@@ -87,3 +87,18 @@ def test_a_familys_skipped_count_says_why():
     markdown = render.render_markdown(data)
     assert ("- regions: 3 skipped — 2 × not applicable: no cuda; 1 more causes"
             in markdown.splitlines())
+
+
+def test_an_excused_item_has_its_own_mark_in_the_grid():
+    """A skip an excuse's proof granted is told apart from a skip and from not applicable:
+    its own class, mark and legend entry."""
+    entry = {"category": "torch_16", "entry": "mm", "op": "mm"}
+    excuse = {"mechanism": "limit", "evidence": "the same call fails without autocast"}
+    results = [{**_item(1, "skipped", "not applicable: cpu limit: autograd"), **entry,
+                "test": "test_backward", "check": "backward", "excuse": excuse},
+               {**_item(2, "skipped", "not applicable: no cuda"), **entry,
+                "test": "test_numerics", "check": "numerics"}]
+    page = render.render_html(_report(results))
+    assert render.state_of(results[0]) == "excused" and render.state_of(results[1]) == "n/a"
+    assert '<td class="cell excused"' in page and '<td class="cell na"' in page
+    assert ">e</b>excused" in page  # the legend

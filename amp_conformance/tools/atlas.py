@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from amp_conformance.checks.reference import policy_table
 from amp_conformance.core import devices
 from amp_conformance.core.backend import BackendError, import_backend
 from amp_conformance.core.target import Target, fake_supported
-from amp_conformance.tools import forked
+from amp_conformance.tools import atlas_page, forked
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cells", default=None, help=argparse.SUPPRESS)  # build()'s child
     parser.add_argument("--diff", nargs=2, default=None, metavar=("OLD.json", "NEW.json"),
                         help="list the ops whose cells differ between two atlases, and exit")
+    parser.add_argument("--html", default=None, metavar="PAGE.html",
+                        help="write a page of the atlas (or of the --from atlases): op x "
+                             "device x release, coloured by policy, with a differs view")
+    parser.add_argument("--from", dest="sources", nargs="+", default=None, metavar="ATLAS.json",
+                        help="with --html: the page of these atlases (e.g. one per torch "
+                             "release and a vendor's real device), none computed")
 
 
 def target_of(device: str) -> Target:
@@ -199,7 +206,32 @@ def command_of(args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
+def _page(args: argparse.Namespace, atlases: list[dict[str, Any]], sources: list[str]) -> None:
+    start = time.perf_counter()
+    size = atlas_page.write(atlases, args.html, sources)
+    columns = len(atlas_page.columns(atlases))
+    ops = len({op for a in atlases for op in a["ops"]})
+    print(f"atlas: wrote {args.html}: {ops} ops x {columns} columns, {size / 1024:.0f} KiB, "
+          f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+
+
+def _read_atlas(path: str) -> dict[str, Any]:
+    try:
+        atlas = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"atlas: --from {path}: cannot be read as an atlas JSON: {exc}") from None
+    if not (isinstance(atlas, dict) and {"torch", "devices", "ops"} <= set(atlas)):
+        raise SystemExit(f"atlas: --from {path}: not an atlas JSON (expected the keys torch, "
+                         "devices and ops that atlas --json writes)")
+    return atlas
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.sources is not None:
+        if not args.html:
+            raise SystemExit("atlas: --from makes a page: give --html PAGE.html")
+        _page(args, [_read_atlas(p) for p in args.sources], list(args.sources))
+        return 0
     if args.diff:
         old, new = (json.loads(Path(p).read_text()) for p in args.diff)
         changed = diff(old, new)
@@ -230,7 +262,9 @@ def run(args: argparse.Namespace) -> int:
         Path(args.out).write_text(page, encoding="utf-8")
     if args.json:
         Path(args.json).write_text(json.dumps(atlas, indent=1) + "\n", encoding="utf-8")
-    if not args.out and not args.json:
+    if args.html:
+        _page(args, [atlas], [atlas.get("command") or command_of(args)])
+    if not args.out and not args.json and not args.html:
         print(page, end="")
     print(f"atlas: {len(atlas['ops'])} ops on {', '.join(atlas['devices'])}", file=sys.stderr)
     return 0

@@ -39,13 +39,14 @@ STYLE = {
     "xpassed": ("xpass", "!", "passed, expected to fail"),
     "skipped": ("skip", "s", "skipped"),
     "n/a": ("na", "·", "not applicable"),
+    "excused": ("excused", "e", "excused (the failure shown not to be autocast's)"),
 }
 _PROBLEMS = PROBLEMS
 
 _CSS = """
 :root { --ok:#1a7f37; --ok-bg:#dafbe1; --fail:#cf222e; --fail-bg:#ffebe9; --xfail:#9a6700;
-  --xfail-bg:#fff8c5; --xpass:#8250df; --xpass-bg:#fbefff; --skip:#57606a; --skip-bg:#eaeef2;
-  --na:#8c959f; --na-bg:#f6f8fa; --line:#d0d7de; --text:#1f2328; --muted:#656d76; }
+  --xfail-bg:#fff8c5; --xpass:#8250df; --xpass-bg:#fbefff; --skip:#57606a; --skip-bg:#eaeef2; --na:#8c959f;
+  --na-bg:#f6f8fa; --excused:#0550ae; --excused-bg:#ddf4ff; --line:#d0d7de; --text:#1f2328; --muted:#656d76; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: var(--text);
   margin: 0; background: #fff; }
@@ -84,6 +85,7 @@ td.xfail { color: var(--xfail); background: var(--xfail-bg); }
 td.xpass { color: var(--xpass); background: var(--xpass-bg); }
 td.skip { color: var(--skip); background: var(--skip-bg); }
 td.na { color: var(--na); background: var(--na-bg); }
+td.excused { color: var(--excused); background: var(--excused-bg); }
 td.none { background: repeating-linear-gradient(45deg, #fff, #fff 3px, #f6f8fa 3px, #f6f8fa 6px); }
 td.cell a { color: inherit; text-decoration: none; display: block; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
@@ -133,7 +135,9 @@ def expected_failures(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def state_of(result: dict[str, Any]) -> str:
-    """The cell state of a result: its outcome, with not-applicable skips apart."""
+    """A result's cell state: its outcome, excused and not-applicable skips apart."""
+    if result["outcome"] == "skipped" and result.get("excuse"):
+        return "excused"
     if result["outcome"] == "skipped" and (result.get("message") or "").startswith("not applicable"):
         return "n/a"
     return result["outcome"]
