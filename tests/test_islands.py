@@ -530,3 +530,46 @@ def test_a_failure_names_each_input_as_it_was_sent():
     assert as_sent((None, None), (x, n), torch.bfloat16) == "inputs in bfloat16"
     assert as_sent((None, torch.float32, None), (x, w, n), torch.bfloat16) == (
         "input 0 bfloat16, input 1 float32 (declared float32), input 2 int64")
+
+
+_RMS = '''
+    import torch
+    from amp_conformance.checks.wrappers import Float32Island
+
+    class RMSNorm(torch.nn.Module):
+        """Leaves autocast and computes in what it is given (no upcast){doc}."""
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(8))
+
+        @torch.autocast("cpu", enabled=False)
+        def forward(self, x):
+            {body}
+            return x * torch.rsqrt(ms + 1e-6) * self.weight.to(x.dtype)
+
+    WRAPPERS = [Float32Island(name="rmsnorm", devices=("cpu",), returns="input",
+                              build=lambda d: RMSNorm().to(d){core})]
+'''
+_IN_DTYPE = "ms = x.pow(2).mean(-1, keepdim=True)"
+_UPCAST = "ms = x.float().pow(2).mean(-1, keepdim=True).to(x.dtype)"
+
+
+@pytest.mark.parametrize("body, core, failed, says", [
+    (_IN_DTYPE, ', core="input"', 0, None),
+    (_IN_DTYPE, "", 4, "runs its computation in float32 inside any autocast region"),
+    (_UPCAST, ', core="input"', 4, "aten.pow.Tensor_Scalar computed in float32, not bfloat16"),
+], ids=["declared-input", "claimed-float32", "upcasts-a-part"])
+def test_an_island_that_computes_in_its_inputs_dtype_is_a_shape(pytester, body, core, failed,
+                                                                 says):
+    """A norm under autocast(enabled=False) that never upcasts is declared core="input":
+    every check passes; claimed float32 its float32 and nesting items fail in both amp
+    dtypes; declared input, a part that upcasts is caught there."""
+    pytester.makepyfile(decl=_RMS.replace("{doc}", "").replace("{body}", body)
+                        .replace("{core}", core))
+    result = pytester.runpytest("--pyargs", "amp_conformance.suite.test_wrappers", "--wrapper",
+                                "decl:WRAPPERS", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == failed, result.stdout.str()
+    assert outcomes.get("passed", 0) >= 2
+    if says:
+        assert says in result.stdout.str()

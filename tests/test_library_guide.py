@@ -94,9 +94,9 @@ def test_the_page_shows_every_shape_with_its_files_and_commands():
     files = [b.splitlines()[0] for b in _blocks("python") if b.startswith("# mylib/")]
     assert files[:2] == ["# mylib/__init__.py", "# mylib/amp_decl.py"]
     for shape in ('ending="region"', 'before="input"', "arguments=(None, torch.float32)",
-                  "RegionRunner(", "functools.partial"):
+                  "RegionRunner(", "functools.partial", 'core="input"', "ForwardDecorator("):
         assert any(shape in b for b in _blocks("python")), shape
-    assert len(COMMANDS) == 6, [c for c, _, _ in COMMANDS]
+    assert len(COMMANDS) == 7, [c for c, _, _ in COMMANDS]
     assert any("--fake" in c for c, _, _ in COMMANDS[2:]), "the shapes on a fake device"
 
 
@@ -113,7 +113,8 @@ def test_the_library_guide_runs_as_printed(guide_folder, shell_bin, command, wan
 
 
 _SHAPES = ("--wrapper mylib.kernels_decl:CORRELATE --wrapper mylib.attention_decl:ATTENTION "
-           "--wrapper mylib.rotary_decl:ROTATE --wrapper mylib.trainer_decl:TRAIN_STEP")
+           "--wrapper mylib.rotary_decl:ROTATE --wrapper mylib.trainer_decl:TRAIN_STEP "
+           "--wrapper mylib.norm_decl:NORM --wrapper mylib.functions_decl:FORWARD")
 #: one bug per library file of the page, each in its shape's part (the guide names them)
 BUGS = {
     "mylib/kernels.py": ("        x = noise.float()\n        gram = x @ x.mT",
@@ -130,6 +131,10 @@ BUGS = {
         "    region.__enter__()\n"
         "    loss = torch.nn.functional.mse_loss(model(x).float(), y)\n"
         "    region.__exit__(None, None, None)\n"),
+    "mylib/norm.py": ("ms = x.pow(2).mean(-1, keepdim=True)",
+                      "ms = x.float().pow(2).mean(-1, keepdim=True).to(x.dtype)"),
+    "mylib/functions.py": ('custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cpu")',
+                           "custom_bwd = lambda fn: fn"),
 }
 #: each wrapper's failed items with a bug planted, and words of the failure
 CAUGHT = {
@@ -141,13 +146,17 @@ CAUGHT = {
     "mylib.rotate": ({"float32", "nesting"}, "aten.cos.default computed in bfloat16, not "
                      "float32"),
     "mylib.train_step": ({"restored"}, "after the body raised"),
+    "mylib.rms_norm": ({"float32", "nesting"}, "aten.pow.Tensor_Scalar computed in float32, "
+                       "not bfloat16"),
+    "mylib.custom_fwd": ({"backward"}, "backward called outside any region ran with (False"),
 }
 
 
 def _failed(out: str) -> dict[str, set[str]]:
     """wrapper -> the checks of its failed items, from pytest's short summary."""
     failed: dict[str, set[str]] = {}
-    for wrapper, check in re.findall(r"FAILED \S+\[cpu-\w+-(mylib\.\w+)-(?:\w+-)?(\w+)\]", out):
+    for wrapper, check in re.findall(r"FAILED \S+\[cpu-(?:\w+-)?(mylib\.\w+)-(?:\w+-)?(\w+)\]",
+                                     out):
         failed.setdefault(wrapper, set()).add(check)
     return failed
 
@@ -168,11 +177,13 @@ UNDECLARED = '''import dataclasses
 
 from mylib.attention_decl import ATTENTION
 from mylib.kernels_decl import CORRELATE
+from mylib.norm_decl import NORM
 from mylib.rotary_decl import ROTATE
 
 WRAPPERS = [dataclasses.replace(CORRELATE, name="mylib.no_ending", ending=None),
             dataclasses.replace(ATTENTION, name="mylib.no_before", before=None),
-            dataclasses.replace(ROTATE, name="mylib.no_arguments", arguments=())]
+            dataclasses.replace(ROTATE, name="mylib.no_arguments", arguments=()),
+            dataclasses.replace(NORM, name="mylib.no_core", core="float32")]
 '''
 
 
@@ -186,5 +197,6 @@ def test_each_island_fails_without_its_shape_declared(tmp_path, shell_bin):
                         "-rf", tmp_path, shell_bin)
     assert code == 1
     assert _failed(out) == dict.fromkeys(("mylib.no_ending", "mylib.no_before",
-                                          "mylib.no_arguments"), {"float32", "nesting"}), \
+                                          "mylib.no_arguments", "mylib.no_core"),
+                                         {"float32", "nesting"}), \
         out[-3000:]

@@ -10,6 +10,7 @@ import torch
 from amp_conformance.checks.registry import mutants
 from amp_conformance.checks.wrappers import (
     DeclarationError,
+    ForwardDecorator,
     failure,
     fake_device,
     forward,
@@ -408,3 +409,25 @@ def test_library_code_that_asks_the_device_runs_on_its_fake(device):
         with torch.autocast(where.type, dtype=torch.bfloat16):
             assert (x @ x).dtype == torch.bfloat16
     assert torch.accelerator.current_accelerator() is None or not torch.accelerator.is_available()
+
+
+def test_a_forward_decorator_that_casts_nothing_declares_no_cast_dtype(pytester):
+    """custom_fwd without cast_inputs: the forward runs in the caller's autocast state, its
+    inputs as sent, and backward (custom_bwd) in the forward's state; declared with neither
+    cast_dtype nor casts_on, every wrapper check of it passes. Half a cast is refused."""
+    pytester.makepyfile(decl='''
+        import torch
+        from amp_conformance.checks.wrappers import ForwardDecorator
+        WRAPPERS = [ForwardDecorator(
+            name="custom_fwd.no_cast", devices=("cpu",),
+            decorate=lambda fn: torch.amp.custom_fwd(fn, device_type="cpu"),
+            disables_autocast=False,
+            decorate_backward=lambda fn: torch.amp.custom_bwd(fn, device_type="cpu"))]
+    ''')
+    result = pytester.runpytest(*SUITE, "--wrapper", "decl:WRAPPERS", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 5 and not outcomes.get("failed"), result.stdout.str()
+    half = ForwardDecorator(name="half", devices=("cpu",), decorate=lambda fn: fn,
+                            cast_dtype=torch.float32)
+    with pytest.raises(DeclarationError, match="casts_on: a decorator that casts names"):
+        validate(half)

@@ -125,14 +125,16 @@ class ForwardDecorator:
     name: str
     #: ``decorate(fn)`` -> the decorated forward (called on a plain function taking tensors)
     decorate: Callable[[Callable[..., Any]], Callable[..., Any]]
-    #: the dtype floating inputs are cast to inside an enabled region on the devices of
-    #: ``casts_on`` (the cast check: every floating input, positional and keyword)
-    cast_dtype: torch.dtype
-    #: the device types where the wrapper claims to cast; elsewhere inputs must pass as they
-    #: are (the no-cast check)
-    casts_on: tuple[str, ...]
     #: the device types the wrapper claims to support at all
     devices: tuple[str, ...]
+    #: the dtype floating inputs are cast to inside an enabled region on the devices of
+    #: ``casts_on`` (the cast check: every floating input, positional and keyword); None,
+    #: with no ``casts_on``: it casts nothing (``custom_fwd`` without ``cast_inputs``: the
+    #: forward runs in the caller's autocast state, inputs as sent)
+    cast_dtype: torch.dtype | None = None
+    #: the device types where the wrapper claims to cast; elsewhere inputs must pass as they
+    #: are (the no-cast check)
+    casts_on: tuple[str, ...] = ()
     #: whether autocast is off inside the decorated forward while it casts (the inside
     #: check, custom_fwd's behaviour)
     disables_autocast: bool = True
@@ -173,7 +175,8 @@ def float32_body(*inputs: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Float32Island:
-    """A wrapper that leaves autocast for a float32 computation. Declare ``build`` for a
+    """A wrapper that leaves autocast for a computation of its own: in float32 (its inputs
+    cast up) or, with ``core="input"``, in its input's dtype. Declare ``build`` for a
     function or module (``build(device)`` -> the callable, e.g. ``lambda d: Layer(8).to(d)``)
     or ``context`` for a context manager (``context(device)`` -> a fresh one, run around
     :func:`float32_body`, which casts its inputs itself).
@@ -220,6 +223,11 @@ class Float32Island:
     #: in the caller's autocast, e.g. an einsum after a float32 Cholesky); a tuple gives one
     #: per floating output tensor, in order
     ending: str | tuple[str, ...] | None = None
+    #: what its core computes in: ``float32`` (its inputs cast up) or ``input`` (it leaves
+    #: autocast and computes in its first floating input's dtype, e.g. a norm under
+    #: ``autocast(enabled=False)`` that never upcasts; a ``build`` island, nothing before or
+    #: after it, declaring what it returns)
+    core: str = FLOAT32
     library: str = ""
     version: str = ""
 
@@ -384,12 +392,18 @@ def validate(wrapper: Any) -> Wrapper:
         _new_shape(wrapper)
     else:
         _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
-        _require(wrapper.cast_dtype in (torch.float32, torch.float16, torch.bfloat16,
+        _require(isinstance(wrapper.devices, tuple) and wrapper.devices, name, "devices",
+                 "expected a non-empty tuple of device types")
+        _require(wrapper.cast_dtype in (None, torch.float32, torch.float16, torch.bfloat16,
                                         torch.float64), name, "cast_dtype",
-                 f"expected a floating dtype, got {wrapper.cast_dtype!r}")
+                 f"expected a floating dtype or None, got {wrapper.cast_dtype!r}")
         _require(isinstance(wrapper.casts_on, tuple) and all(
             d in wrapper.devices for d in wrapper.casts_on), name, "casts_on",
             "expected a tuple of claimed devices")
+        _require((wrapper.cast_dtype is None) == (not wrapper.casts_on), name, "casts_on",
+                 "a decorator that casts names its cast_dtype and the devices it casts on "
+                 "(casts_on); one that casts nothing (custom_fwd without cast_inputs) "
+                 "declares neither")
         _require(isinstance(wrapper.extra_kwargs, Mapping) and all(
             isinstance(k, str) for k in wrapper.extra_kwargs), name, "extra_kwargs",
             "expected {keyword: value}")
@@ -423,6 +437,12 @@ def _island(wrapper: Float32Island) -> None:
              f"them, got {wrapper.ending!r}")
     _require(wrapper.before is None or wrapper.before in PARTS, name, "before",
              f"expected None or one of {', '.join(PARTS)}, got {wrapper.before!r}")
+    _require(wrapper.core in (FLOAT32, INPUT), name, "core",
+             f"expected {FLOAT32!r} or {INPUT!r}, got {wrapper.core!r}")
+    _require(wrapper.core == FLOAT32 or (wrapper.build is not None and wrapper.before is None
+                                         and wrapper.ending is None), name, "core",
+             "an island computing in its input's dtype is a build island (a context one runs "
+             "the float32 body) with no part before or after its core")
     _require(isinstance(wrapper.arguments, tuple) and all(
         a is None or callable(a) or a in (torch.float32, torch.float16, torch.bfloat16,
                                           torch.float64) for a in wrapper.arguments),

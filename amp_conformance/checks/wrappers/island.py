@@ -57,12 +57,14 @@ def _dtypes(rule: Any, xs: tuple[Any, ...], region: torch.dtype | None) -> torch
 
 
 def parts(case: WrapperCase, xs: tuple[Any, ...], region: torch.dtype | None
-          ) -> dict[str, tuple[torch.dtype, ...]]:
-    """The dtypes its declared parts before and after the core may compute in, for inputs
-    ``xs`` in a region of dtype ``region`` (None: no enabled region)."""
+          ) -> dict[str, Any]:
+    """The dtype its core computes in and those its declared parts before and after the
+    core may compute in, for inputs ``xs`` in a region of dtype ``region`` (None: no
+    enabled region)."""
     w = case.wrapper
     each = w.ending if isinstance(w.ending, tuple) else (w.ending,)
-    return {"before": (_dtypes(w.before, xs, region),) if w.before else (),
+    return {"dtype": _dtypes(w.core, xs, region),
+            "before": (_dtypes(w.before, xs, region),) if w.before else (),
             "ending": tuple({_dtypes(e, xs, region) for e in each if e is not None})}
 
 
@@ -79,7 +81,7 @@ def _crossing(case: WrapperCase, island: Any, xs: tuple[Any, ...], passes: int
 
 def _lower_precision(case: WrapperCase) -> bool:
     w = case.wrapper
-    rules = {w.before, *(w.ending if isinstance(w.ending, tuple) else (w.ending,)),
+    rules = {w.before, w.core, *(w.ending if isinstance(w.ending, tuple) else (w.ending,)),
              *(w.returns if isinstance(w.returns, tuple) else (w.returns,))}
     return bool(rules & {INPUT, REGION})
 
@@ -123,7 +125,8 @@ def check_float32(case: WrapperCase) -> None:
             if wrong:
                 problems.append(f"{sent}: {wrong}")
     if problems:
-        promise = F.ISLAND_FLOAT32 if any("computed" in p for p in problems) else F.ISLAND_RETURNS
+        core = F.ISLAND_INPUT if case.wrapper.core == INPUT else F.ISLAND_FLOAT32
+        promise = core if any("computed" in p for p in problems) else F.ISLAND_RETURNS
         F.fail(case, promise, problems, _repro(case, case.amp_dtype))
 
 
