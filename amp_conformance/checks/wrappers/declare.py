@@ -391,25 +391,30 @@ def validate(wrapper: Any) -> Wrapper:
     elif isinstance(wrapper, (RegionSwap, Predicate, Scaler)):
         _new_shape(wrapper)
     else:
-        _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
-        _require(isinstance(wrapper.devices, tuple) and wrapper.devices, name, "devices",
-                 "expected a non-empty tuple of device types")
-        _require(wrapper.cast_dtype in (None, torch.float32, torch.float16, torch.bfloat16,
-                                        torch.float64), name, "cast_dtype",
-                 f"expected a floating dtype or None, got {wrapper.cast_dtype!r}")
-        _require(isinstance(wrapper.casts_on, tuple) and all(
-            d in wrapper.devices for d in wrapper.casts_on), name, "casts_on",
-            "expected a tuple of claimed devices")
-        _require((wrapper.cast_dtype is None) == (not wrapper.casts_on), name, "casts_on",
-                 "a decorator that casts names its cast_dtype and the devices it casts on "
-                 "(casts_on); one that casts nothing (custom_fwd without cast_inputs) "
-                 "declares neither")
-        _require(isinstance(wrapper.extra_kwargs, Mapping) and all(
-            isinstance(k, str) for k in wrapper.extra_kwargs), name, "extra_kwargs",
-            "expected {keyword: value}")
-        _require(wrapper.decorate_backward is None or callable(wrapper.decorate_backward),
-                 name, "decorate_backward", "expected a callable or None")
+        _forward(wrapper)
     return wrapper
+
+
+def _forward(wrapper: ForwardDecorator) -> None:
+    name = wrapper.name
+    _require(callable(wrapper.decorate), name, "decorate", "expected a callable")
+    _require(isinstance(wrapper.devices, tuple) and wrapper.devices, name, "devices",
+             "expected a non-empty tuple of device types")
+    _require(wrapper.cast_dtype in (None, torch.float32, torch.float16, torch.bfloat16,
+                                    torch.float64), name, "cast_dtype",
+             f"expected a floating dtype or None, got {wrapper.cast_dtype!r}")
+    _require(isinstance(wrapper.casts_on, tuple) and all(
+        d in wrapper.devices for d in wrapper.casts_on), name, "casts_on",
+        "expected a tuple of claimed devices")
+    _require((wrapper.cast_dtype is None) == (not wrapper.casts_on), name, "casts_on",
+             "a decorator that casts names its cast_dtype and the devices it casts on "
+             "(casts_on); one that casts nothing (custom_fwd without cast_inputs) "
+             "declares neither")
+    _require(isinstance(wrapper.extra_kwargs, Mapping) and all(
+        isinstance(k, str) for k in wrapper.extra_kwargs), name, "extra_kwargs",
+        "expected {keyword: value}")
+    _require(wrapper.decorate_backward is None or callable(wrapper.decorate_backward),
+             name, "decorate_backward", "expected a callable or None")
 
 
 def _island(wrapper: Float32Island) -> None:
