@@ -431,3 +431,26 @@ def test_a_forward_decorator_that_casts_nothing_declares_no_cast_dtype(pytester)
                             cast_dtype=torch.float32)
     with pytest.raises(DeclarationError, match="casts_on: a decorator that casts names"):
         validate(half)
+
+
+def test_a_decorators_backward_state_is_checked_on_a_fake_device():
+    """custom_bwd's promise (backward in the forward's autocast state) needs no device
+    tensors: on fake cuda host tensors carry the graph and cuda's autocast is as on the
+    device; the planted decorator without it is caught, the sound one passes."""
+    sound = ForwardDecorator(
+        name="custom_fwd.cuda", devices=("cuda",), cast_dtype=torch.float32, casts_on=("cuda",),
+        decorate=lambda fn: torch.amp.custom_fwd(fn, device_type="cuda",
+                                                 cast_inputs=torch.float32),
+        decorate_backward=lambda fn: torch.amp.custom_bwd(fn, device_type="cuda"))
+    broken = dataclasses.replace(sound, decorate_backward=planted.no_backward_state)
+    for decl, fails in ((sound, False), (broken, True)):
+        case = next(c for c in cases([decl], "cuda", (torch.bfloat16,), fake=True)
+                    if c.check == "backward")
+        assert not_applicable(case, (torch.bfloat16,), True) is None
+        with fake_device.on_host(Target("cuda", True)):
+            if fails:
+                with pytest.raises(ConformanceFailure, match=re.escape(failure.BACKWARD)):
+                    forward.check_backward(case)
+            else:
+                forward.check_backward(case)
+    assert not torch.is_autocast_enabled("cuda")

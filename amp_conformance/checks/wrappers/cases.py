@@ -46,10 +46,11 @@ SWAP_CHECKS = ("state", "restored", "nesting", "outside", DEVICES)
 PREDICATE_CHECKS = ("state", "nesting", DEVICES)
 #: a scaler's checks (the gradscaler family's training orders), once per wrapper
 SCALER_CHECKS = ("scales", "skips", "unscale", "state_dict")
-#: the checks that need autograd (on a fake device, not applicable: fake_device.py)
-AUTOGRAD = {("region", "cache"), ("region", "cache_mix"), ("forward", "backward"),
-            ("forward", "grad"), ("island", "grad"), ("scaler", "skips"),
-            ("scaler", "unscale"), ("scaler", "state_dict")}
+#: the checks that need autograd through the device's tensors (on a fake device, not
+#: applicable: fake_device.py); a decorator's backward state needs none (fake_device.on_host)
+AUTOGRAD = {("region", "cache"), ("region", "cache_mix"), ("forward", "grad"),
+            ("island", "grad"), ("scaler", "skips"), ("scaler", "unscale"),
+            ("scaler", "state_dict")}
 #: the kinds whose items are made once per amp dtype of the run (the dtype in their ids)
 PER_DTYPE = ("island", "swap", "predicate")
 _KIND = {RegionFactory: "region", RegionRunner: "runner", Float32Island: "island",

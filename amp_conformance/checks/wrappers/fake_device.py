@@ -59,6 +59,20 @@ def available(device: str) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def on_host(target: Target) -> Iterator[None]:
+    """Where a check of the autocast state autograd runs in (a decorator's backward) runs
+    on a fake device: real host tensors carry the graph (autograd on fake tensors of an
+    absent device aborts the process), the device's autocast, regions and decorators as
+    on the device. What it checks, the state backward sees, does not depend on where the
+    tensors live."""
+    if not target.fake:
+        yield
+        return
+    with available(target.device):
+        yield
+
+
 def _to(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``Tensor.to`` as the copy it stands for (the binding's device guard is absent)."""
     device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)

@@ -162,14 +162,15 @@ def _function(case: WrapperCase, seen: dict[str, Any]) -> type[torch.autograd.Fu
 
 def check_backward(case: WrapperCase) -> None:
     """backward, called outside any region and inside a region of the other dtype, sees
-    the (enabled, dtype) its forward ran with."""
+    the (enabled, dtype) its forward ran with (on a fake device, host tensors carry the
+    graph: ``fake_device.on_host``)."""
     dev, other = case.device, other_dtype(case.amp_dtype)
     for where in ("outside any region", f"inside torch.autocast(dtype={other})"):
         seen: dict[str, Any] = {}
         fn = _function(case, seen)
         with kept(dev), grad_and_dtype_restored():
             torch.set_grad_enabled(True)
-            x = torch.ones(2, device=dev, requires_grad=True)
+            x = torch.ones(2, device="cpu" if case.fake else dev, requires_grad=True)
             with _region(case):
                 y = fn.apply(x)
             outer = (contextlib.nullcontext() if where == "outside any region"
