@@ -9,8 +9,9 @@ and its ``integration.toml``) and leaves, in ``reports/wrappers/``:
   declaration module;
 - or ``<library>.blocked.json``: ``{"library", "reason"}`` where the library could not be
   installed or imported (then nothing else);
-- optionally ``<library>.cuda-fake.json``: the same library's run on a fake cuda device
-  (``--device cuda --fake``, no GPU needed), its rows kept apart by their device.
+- optionally ``<library>.cuda-fake.json`` and ``<library>.mps-fake.json``: the same
+  library's run on a fake cuda or mps device (``--device cuda --fake``, no GPU or Mac
+  needed), its rows kept apart by their device.
 
 :func:`summarize` turns that directory into one compact summary (``docs/data/wrappers-observed.json``
 is the committed one), :func:`markdown` turns a summary into the table, and ``--write``
@@ -41,7 +42,8 @@ COLUMNS = ("library", "version", "device", "wrapper", "check", "result", "whose"
            "reproduction")
 #: the runs of a library a reports directory may hold: the file's suffix, and the options
 #: that reproduce one of its items through the library's session
-RUNS = (("", ()), (".cuda-fake", ("--device", "cuda", "--fake")))
+RUNS = (("", ()), (".cuda-fake", ("--device", "cuda", "--fake")),
+        (".mps-fake", ("--device", "mps", "--fake")))
 CPU = "cpu"
 #: an expected failure whose reason starts so is PyTorch's departure met through a library;
 #: every other one is the library's own
