@@ -401,7 +401,8 @@ def test_library_code_that_asks_the_device_runs_on_its_fake(device):
         where = default_device()
         module = torch.get_device_module(where)
         module.synchronize()
-        module.manual_seed(0)
+        module.manual_seed(54321)  # a seed, not a device index
+        torch.manual_seed(54321)  # which seeds every device module too
         x = torch.randn(4, 4, device=where)
         assert (where.type, torch.accelerator.device_count(), x.device.type) == (device, 1, device)
         if hasattr(module, "memory_allocated"):

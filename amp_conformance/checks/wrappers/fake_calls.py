@@ -132,6 +132,10 @@ def _nothing(device: Any = None, *_: Any, **__: Any) -> None:
         _index_of(device)
 
 
+def _seeded(seed: int) -> None:
+    """A seed for a generator the fake device does not have (fake tensors draw nothing)."""
+
+
 def _zero(device: Any = None) -> int:
     _index_of(device)
     return 0
@@ -185,7 +189,7 @@ def _module_calls() -> dict[str, Callable[..., Any]]:
             "memory_stats": lambda device=None: {},
             "get_rng_state": _rng_state, "set_rng_state": _nothing,
             "get_rng_state_all": lambda: [_rng_state()], "set_rng_state_all": _nothing,
-            "manual_seed": _nothing, "manual_seed_all": _nothing, "seed": lambda: None,
+            "manual_seed": _seeded, "manual_seed_all": _seeded, "seed": lambda: None,
             "seed_all": lambda: None, "initial_seed": lambda: 0}
 
 
