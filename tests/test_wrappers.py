@@ -409,7 +409,7 @@ def test_library_code_that_asks_the_device_runs_on_its_fake(device):
             assert module.memory_allocated() == 0
         with torch.autocast(where.type, dtype=torch.bfloat16):
             assert (x @ x).dtype == torch.bfloat16
-    assert torch.accelerator.current_accelerator() is None or not torch.accelerator.is_available()
+    assert not torch.accelerator.is_available()  # put back (2.6 raises asking for the current)
 
 
 def test_a_forward_decorator_that_casts_nothing_declares_no_cast_dtype(pytester):

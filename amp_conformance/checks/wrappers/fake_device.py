@@ -49,12 +49,15 @@ _SAME_DTYPE = {aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.addmm.def
 @contextlib.contextmanager
 def available(device: str) -> Iterator[None]:
     """The device as the one available accelerator (``fake_calls.device_available``): a
-    GPU with bfloat16, and for CUDA what ``torch.autocast("cuda")`` asks (without it the
-    region disables itself)."""
+    GPU with bfloat16, and what ``torch.autocast`` asks of it (without it CUDA's region
+    disables itself; torch 2.6's MPS region asks for macOS 14, which a fake Mac runs)."""
     with contextlib.ExitStack() as stack:
         if device == "cuda":
             stack.enter_context(mock.patch.object(
                 torch.cuda.amp.common, "amp_definitely_not_available", lambda: False))
+        if device == "mps" and hasattr(torch.backends.mps, "is_macos_or_newer"):
+            stack.enter_context(mock.patch.object(
+                torch.backends.mps, "is_macos_or_newer", lambda major, minor: True))
         stack.enter_context(fake_calls.device_available(device))
         yield
 
