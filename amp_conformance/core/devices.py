@@ -4,6 +4,7 @@ dtypes it supports, its Autocast dispatch key, its legacy entry point."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -36,11 +37,20 @@ class OpRefusal:
     since: str | None = None
     until: str | None = None
 
+    def in_release(self) -> bool:
+        """Whether the running torch is within ``since``/``until``."""
+        release = _release()
+        return ((self.since is None or release >= self.since)
+                and (self.until is None or release < self.until))
+
     def refused(self, op_name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
-        release = TorchVersion(re.match(r"[\d.]*\d", torch.__version__).group())
-        return (op_name == self.op and (self.since is None or release >= self.since)
-                and (self.until is None or release < self.until)
-                and bool(self.applies(args, kwargs)))
+        return op_name == self.op and bool(self.applies(args, kwargs))
+
+
+@functools.cache
+def _release() -> TorchVersion:
+    """The running torch's release, its numeric part (``2.9.0`` of ``2.9.0a0+git``)."""
+    return TorchVersion(re.match(r"[\d.]*\d", torch.__version__).group())
 
 
 def _transposed_3d(dtypes: tuple[torch.dtype, ...] | None) -> Callable[[tuple, Mapping], bool]:

@@ -65,7 +65,8 @@ def _fake_tensors(device: str) -> Iterator[None]:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         if not devices.is_available(device):
             stack.enter_context(_no_real_context_for(device))
-        refusals = (tuple(profile.refuses.items()), profile.refuses_ops)
+        refusals = (tuple(profile.refuses.items()),
+                    tuple(r for r in profile.refuses_ops if r.in_release()))
         mode = _refusing(device, *refusals) if any(refusals) else FakeTensorMode
         stack.enter_context(mode(allow_non_fake_inputs=True))
         yield
@@ -75,7 +76,8 @@ def _fake_tensors(device: str) -> Iterator[None]:
 def _refusing(device: str, dtypes: tuple, ops: tuple[devices.OpRefusal, ...]) -> type:
     """FakeTensorMode refusing what the device refuses, with the device's own error: an op
     that makes a tensor of the device in a dtype it lacks (``DeviceProfile.refuses``), an op
-    given inputs its kernel there refuses (``DeviceProfile.refuses_ops``). A subclass, not a
+    given inputs its kernel there refuses (``DeviceProfile.refuses_ops`` of the running
+    torch's release). A subclass, not a
     mode of its own: dynamo compiles under FakeTensorMode, not under a user's
     TorchDispatchMode."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -86,9 +88,10 @@ def _refusing(device: str, dtypes: tuple, ops: tuple[devices.OpRefusal, ...]) ->
         depth = 0  # FakeTensorMode dispatches again inside a call: only the outer one refuses
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not self.depth:
+            if ops and not self.depth:
+                name = str(func)
                 for refusal in ops:
-                    if refusal.refused(str(func), args, kwargs or {}) and _on(device, args):
+                    if refusal.refused(name, args, kwargs or {}) and _on(device, args):
                         raise refusal.kind(refusal.message)
             self.depth += 1
             try:
