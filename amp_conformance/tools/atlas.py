@@ -215,14 +215,16 @@ def _page(args: argparse.Namespace, atlases: list[dict[str, Any]], sources: list
           f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
 
 
-def _read_atlas(path: str) -> dict[str, Any]:
+def _read_atlas(path: str, option: str) -> dict[str, Any]:
+    """An atlas JSON given to ``option``; else an exit naming the option and the file."""
     try:
         atlas = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"atlas: --from {path}: cannot be read as an atlas JSON: {exc}") from None
+        raise SystemExit(f"atlas: {option} {path}: cannot be read as an atlas JSON: "
+                         f"{exc}") from None
     if not (isinstance(atlas, dict) and {"torch", "devices", "ops"} <= set(atlas)):
-        raise SystemExit(f"atlas: --from {path}: not an atlas JSON (expected the keys torch, "
-                         "devices and ops that atlas --json writes)")
+        raise SystemExit(f"atlas: {option} {path}: not an atlas JSON (expected the keys "
+                         "torch, devices and ops that atlas --json writes)")
     return atlas
 
 
@@ -230,10 +232,10 @@ def run(args: argparse.Namespace) -> int:
     if args.sources is not None:
         if not args.html:
             raise SystemExit("atlas: --from makes a page: give --html PAGE.html")
-        _page(args, [_read_atlas(p) for p in args.sources], list(args.sources))
+        _page(args, [_read_atlas(p, "--from") for p in args.sources], list(args.sources))
         return 0
     if args.diff:
-        old, new = (json.loads(Path(p).read_text()) for p in args.diff)
+        old, new = (_read_atlas(p, "--diff") for p in args.diff)
         changed = diff(old, new)
         print(f"atlas drift torch {old['torch']} -> {new['torch']}: {len(changed)} cells changed")
         print("\n".join(changed))

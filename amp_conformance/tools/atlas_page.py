@@ -90,10 +90,11 @@ def data(atlases: Sequence[dict[str, Any]], page_dir: Path) -> dict[str, Any]:
         cells = [atlases[c["atlas"]]["ops"].get(op, {}).get(c["device"]) for c in cols]
         rows.append({"op": op, "cells": [c if c is not None else "—" for c in cells],
                      "kinds": [kind_of(c) if c is not None else "not run" for c in cells]})
+    names = dict.fromkeys(op.rpartition(".")[2] for op in ops)  # each op as op lists name it
     entries = {d: _entries(d, page_dir) for d in dict.fromkeys(c["device"] for c in cols)}
     return {"columns": cols, "rows": rows, "kinds": {k: v[0] for k, v in KINDS.items()},
-            "entries": {d: {op.rpartition(".")[2]: e[op.rpartition(".")[2]] for op in ops
-                            if op.rpartition(".")[2] in e} for d, e in entries.items()}}
+            "entries": {d: {n: e[n] for n in names if n in e}
+                        for d, e in entries.items()}}
 
 
 _STYLE = """
