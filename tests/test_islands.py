@@ -219,6 +219,32 @@ def test_devices_looks_at_every_call_inside_an_island():
     assert "in a region, inside the island, at call 2 (mT): cuda enabled=False" in str(info.value)
 
 
+def _routing(s):
+    """Coordinate-descent routing as a linear-attention library writes it: outside autocast,
+    in the scores' dtype (no upcast), ``k`` made with the legacy constructor, and
+    ill-conditioned (``exp`` of a sum divided by 0.1, twenty iterations)."""
+    with torch.autocast(s.device.type, enabled=False):
+        logk, a, b = torch.Tensor([4.0]).to(s).log(), 0, -s
+        for _ in range(20):
+            a = 0.1 * (logk - ((s + b) / 0.1).logsumexp(dim=-1, keepdim=True))
+            b = -torch.nn.functional.relu(s + a)
+        return ((s + a + b) / 0.1).exp()
+
+
+ROUTING = Float32Island("test.routing", devices=("cpu",), build=lambda d: _routing,
+                        inputs=lambda d: (tensor(2, 16, device=d),), core="input",
+                        returns="input")
+
+
+@pytest.mark.parametrize("check", ["float32", "grad", "numerics", "devices"])
+def test_an_ill_conditioned_island_in_its_inputs_dtype_is_held_to_that_computation(check):
+    """Its values and gradients are compared with the same computation in the input's dtype
+    outside autocast (what it promises), not with float32's, from which bfloat16's rounding
+    drifts far here; the legacy constructor's lift, made below the dispatcher where every
+    autocast flag reads False, is not taken for a change of other devices' states."""
+    CHECKS[check](_case(ROUTING, check))
+
+
 class IndexedFp32Linear(torch.nn.Module):
     """A module island as libraries write them: parameters made on the device, moved with
     ``.to``, inputs indexed, and its own float32 cast."""

@@ -206,7 +206,8 @@ class Float32Island:
     #: one per floating output tensor, in order
     returns: str | tuple[str, ...] = FLOAT32
     #: a hand-written float32 computation, ``reference(*inputs)`` on float32 inputs with
-    #: autocast off (None: the island itself, called outside any region)
+    #: autocast off (with ``core="input"``: on the inputs as sent, in their dtype; None: the
+    #: island itself, called outside any region)
     reference: Callable[..., Any] | None = None
     #: the amp dtypes whose regions it leaves (a helper that leaves only bfloat16 regions:
     #: ``(torch.bfloat16,)``); empty: every amp dtype. The others' items are skipped
@@ -226,7 +227,8 @@ class Float32Island:
     #: what its core computes in: ``float32`` (its inputs cast up) or ``input`` (it leaves
     #: autocast and computes in its first floating input's dtype, e.g. a norm under
     #: ``autocast(enabled=False)`` that never upcasts; a ``build`` island, nothing before or
-    #: after it, declaring what it returns)
+    #: after it, declaring what it returns; its values and gradients held to the same
+    #: computation in that dtype outside autocast)
     core: str = FLOAT32
     library: str = ""
     version: str = ""

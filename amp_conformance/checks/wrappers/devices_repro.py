@@ -68,7 +68,7 @@ def _island(case: WrapperCase, where: str) -> list[str]:
         f"island = decl.island({d!r})",
         f"x = [t.to({dtype}) if t.is_floating_point() else t for t in decl.inputs({d!r})]",
         *_within(case, where, [
-            f"with Looking(seen, '{where}, inside the island'), Trace() as trace:",
+            f"with Trace() as trace, Looking(seen, '{where}, inside the island'):",
             "    out = island(*x)",
             f"seen.look('{where}, what it computed in', computed(trace, out))",
             f"seen.look('{where}, after the island')",

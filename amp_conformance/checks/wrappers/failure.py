@@ -50,6 +50,8 @@ ISLAND_RESTORED = "gives the caller's region back as it was, on return and on an
 ISLAND_NESTING = "stays float32 and gives each region back when nested in regions and islands"
 ISLAND_GRAD = "lets gradients through to its inputs and parameters, in their own dtypes"
 ISLAND_NUMERICS = "computes what the same float32 computation computes outside autocast"
+ISLAND_NUMERICS_INPUT = ("computes what the same computation in its input's dtype computes "
+                         "outside autocast")
 READS_OTHER = "reads its own device's autocast state, not another device's"
 CHANGES_OTHER = "leaves every other device's autocast state alone"
 SWAP_STATE = "switches the region it is entered in to its dtype, autocast kept on"

@@ -8,7 +8,8 @@ caller's whole autocast state must be back after the island (on return, and when
 inside raises: the mode raises at the island's first computing op). Nested inside regions
 of both dtypes, inside a disabled region, and (for a context manager) around a region and
 around itself, each state comes back. Gradients reach the inputs and parameters in their
-own dtypes and equal the float32 computation's; so do the values.
+own dtypes and equal the float32 computation's; so do the values (an island whose core
+keeps its input's dtype: the computation in that dtype outside autocast).
 """
 
 from __future__ import annotations
@@ -80,10 +81,24 @@ def _crossing(case: WrapperCase, island: Any, xs: tuple[Any, ...], passes: int
 
 
 def _lower_precision(case: WrapperCase) -> bool:
+    """Whether a part of the island may round where its reference does not: a region
+    part, or an input-dtype part compared with the float32 computation."""
     w = case.wrapper
     rules = {w.before, w.core, *(w.ending if isinstance(w.ending, tuple) else (w.ending,)),
              *(w.returns if isinstance(w.returns, tuple) else (w.returns,))}
-    return bool(rules & {INPUT, REGION})
+    return bool(rules & ({REGION} if w.core == INPUT else {INPUT, REGION}))
+
+
+def reference_inputs(case: WrapperCase, rules: Any, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What the reference computation is given: an island whose core keeps its input's
+    dtype promises the computation in that dtype outside autocast, so the inputs as sent;
+    any other the float32 computation's."""
+    return xs if case.wrapper.core == INPUT else widened(rules, xs)
+
+
+def _reference(case: WrapperCase) -> str:
+    return ("the same computation in its input's dtype outside autocast"
+            if case.wrapper.core == INPUT else "the float32 computation")
 
 
 def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...],
@@ -244,7 +259,7 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
     else:
         reference = case.wrapper.reference or island
         with torch.autocast(case.device, enabled=False):
-            out = reference(*widened(rules, xs))
+            out = reference(*reference_inputs(case, rules, xs))
     loss = [o.float().sum() for o in tensors_in(out) if o.is_floating_point() and o.requires_grad]
     if not loss:
         raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
@@ -258,8 +273,8 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
 
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
-    every parameter, each in its own dtype, equal to those of the float32 computation
-    (an input's within the amp dtype's tolerances, as it was sent in it; a parameter's,
+    every parameter, each in its own dtype, equal to those of the reference computation
+    (``reference_inputs``; an input's within the amp dtype's tolerances, as it was sent in it; a parameter's,
     where the island declares a part in a lower precision, within them once per rounding
     it crosses there and back); not applicable where no output depends on either."""
     dev, problems = case.device, []
@@ -274,17 +289,19 @@ def check_grad(case: WrapperCase) -> None:
         # an input sent in the amp dtype has its gradient summed in that dtype, where it is
         # used twice: within the amp dtype's tolerances, whatever the island
         problems += _grad_problem(f"input {i}", g, w, torch.float32,
-                                  _AMP_TOLERANCE[case.amp_dtype])
+                                  _AMP_TOLERANCE[case.amp_dtype], _reference(case))
     for (name, g), (_, w) in zip(got_params, want_params, strict=True):
         p = dict(island.named_parameters())[name]
-        problems += _grad_problem(f"parameter {name}", g, w, p.dtype, tolerance)
+        problems += _grad_problem(f"parameter {name}", g, w, p.dtype, tolerance,
+                                  _reference(case))
     if problems:
         F.fail(case, F.ISLAND_GRAD, problems, _repro(case, case.amp_dtype, [
             "out.float().sum().backward()"]))
 
 
 def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None,
-                  dtype: torch.dtype, tolerance: dict[str, float]) -> list[str]:
+                  dtype: torch.dtype, tolerance: dict[str, float], reference: str
+                  ) -> list[str]:
     if got is None:
         return [] if want is None else [f"{what}: no gradient"]
     if got.dtype != dtype:
@@ -294,14 +311,15 @@ def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None
         try:
             torch.testing.assert_close(got, want, **tolerance)
         except AssertionError as exc:
-            return [f"{what}: gradient differs from the float32 computation's: "
+            return [f"{what}: gradient differs from {reference}'s: "
                     f"{describe_error(exc)}"]
     return []
 
 
 def check_numerics(case: WrapperCase) -> None:
-    """The output inside a region equals the float32 computation's on the same inputs
-    (the declared reference, or the island outside any region), within the output dtype's
+    """The output inside a region equals the reference computation's on the same inputs
+    (``reference_inputs``; the declared reference, or the island outside any region),
+    within the output dtype's
     tolerances (the amp dtype's where the island declares a part in a lower precision)."""
     dev, amp, problems = case.device, case.amp_dtype, []
     with kept(dev), torch.no_grad():
@@ -313,16 +331,19 @@ def check_numerics(case: WrapperCase) -> None:
             with torch.autocast(dev, dtype=amp):
                 out = island(*xs)
             with torch.autocast(dev, enabled=False):
-                want = (case.wrapper.reference or island)(*widened(rules, xs))
-            problems += _differences(out, want, f"{as_sent(rules, xs, dtype)}: ", tolerance)
+                want = (case.wrapper.reference or island)(*reference_inputs(case, rules, xs))
+            problems += _differences(out, want, f"{as_sent(rules, xs, dtype)}: ", tolerance,
+                                     _reference(case))
     if problems:
-        F.fail(case, F.ISLAND_NUMERICS, problems, _repro(case, amp))
+        F.fail(case, F.ISLAND_NUMERICS_INPUT if case.wrapper.core == INPUT
+               else F.ISLAND_NUMERICS, problems, _repro(case, amp))
 
 
-def _differences(out: Any, want: Any, where: str, tolerance: dict[str, float]) -> list[str]:
+def _differences(out: Any, want: Any, where: str, tolerance: dict[str, float],
+                 reference: str) -> list[str]:
     outs, wants = list(tensors_in(out)), list(tensors_in(want))
     problems = [] if len(outs) == len(wants) else [
-        f"{where}{len(outs)} output tensors, the float32 computation gives {len(wants)}"]
+        f"{where}{len(outs)} output tensors, {reference} gives {len(wants)}"]
     for i, (o, w) in enumerate(zip(outs, wants, strict=False)):
         try:
             torch.testing.assert_close(o, w.to(o.dtype), **tolerance)

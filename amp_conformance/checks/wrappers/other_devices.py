@@ -134,7 +134,7 @@ def _island(case: WrapperCase, seen: _Seen) -> None:
              I.activations(t, rules, made, case.amp_dtype)),
             ("outside", None, I.activations(t, rules, made, torch.float32))):
         with context or contextlib.nullcontext():
-            with Looking(seen, f"{name}, inside the island"), I.Trace() as trace:
+            with I.Trace() as trace, Looking(seen, f"{name}, inside the island"):
                 out = island(*xs)
             seen.look(f"{name}, what it computed in", computed(trace, out))
             seen.look(f"{name}, after the island")
@@ -144,14 +144,23 @@ def _island(case: WrapperCase, seen: _Seen) -> None:
 
 
 class Looking(TorchFunctionMode):
-    """Looks at every device's state at each torch call inside the wrapper (above the
-    dispatcher: below it, inside a dispatch mode, every autocast flag reads False)."""
+    """Looks at every device's state at each torch call inside the wrapper, above the
+    dispatcher: a call made inside a dispatch mode's handler (fewer modes on the stack
+    than when it was entered) is below it, where every autocast flag reads False (the
+    legacy constructor ``torch.Tensor([k])`` lifts its tensor there)."""
 
     def __init__(self, seen: _Seen, point: str):
         super().__init__()
         self.seen, self.point, self.calls = seen, point, 0
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth = torch._C._len_torch_dispatch_stack()
+        return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if torch._C._len_torch_dispatch_stack() < self.depth:
+            return func(*args, **(kwargs or {}))
         self.calls += 1
         name = getattr(func, "__name__", str(func))
         if name == "__get__":  # a property, e.g. Tensor.mT
