@@ -290,3 +290,19 @@ fake_mutant("mps-conv-transpose3d-through-half",
                                     _conv_transpose3d_through_half),
             ("ConvTranspose 3D with BF16 or FP16 types is not supported on MPS",),
             "test_policy and torch_fp32-conv_transpose3d]", device="mps")
+
+
+def _norm_dtype_forced_float32(redispatch):
+    def kernel(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+        wide = self.to(torch.float32) if is_eligible(self, "mps") else self
+        return redispatch(wide, ord, dim, keepdim, dtype=torch.float32)
+    return kernel
+
+
+fake_mutant("mps-norm-dtype-forced-float32",
+            "AutocastMPS linalg_vector_norm runs in float32 whatever dtype it is asked for: "
+            "no longer the narrowing error MPS raises today, nor the dtype asked for",
+            lambda: override_kernel("linalg_vector_norm", "AutocastMPS",
+                                    _norm_dtype_forced_float32),
+            ("linalg_vector_norm-amp-dtype", "float32"),
+            "test_policy and linalg_vector_norm-amp-dtype]", device="mps")
