@@ -68,6 +68,16 @@ register(Mutant(
     options=OPTIONS,
 ))
 
+register(Mutant(
+    name="wrapper-backward-outside-forward-state-fake-cuda",
+    description="a CUDA forward decorator whose decorate_backward does nothing (on a fake "
+                "cuda device: its backward state checked with host tensors carrying the graph)",
+    apply=lambda: planted.plant(decorate_backward_cuda=planted.no_backward_state),
+    expect=("wrapper planted.forward_cuda", F.BACKWARD),
+    select="test_wrapper_forward and backward",
+    options=OPTIONS, device="cuda", fake=True,
+))
+
 # issue 26: the whole custom_fwd contract, every nesting and reuse of a region
 _NEW = [
     ("wrapper-region-skips-when-on", REGION, F.NEST, "nest", planted.skips_when_on,

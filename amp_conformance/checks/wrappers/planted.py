@@ -171,6 +171,14 @@ def custom_bwd(fn: Callable) -> Callable:
     return torch.amp.custom_bwd(fn, device_type=DEVICE)
 
 
+def custom_fwd_cuda(fn: Callable) -> Callable:
+    return torch.amp.custom_fwd(fn, device_type="cuda", cast_inputs=torch.float32)
+
+
+def custom_bwd_cuda(fn: Callable) -> Callable:
+    return torch.amp.custom_bwd(fn, device_type="cuda")
+
+
 def _to_float32(t: torch.Tensor, float64: bool = False, detach: bool = False) -> Any:
     floating = t.is_floating_point() and t.device.type == DEVICE
     if not (floating if float64 else is_eligible(t, DEVICE)):  # float64: the bug
@@ -348,6 +356,7 @@ REFERENCE = [region_decl("torch.autocast", autocast_region),
 
 #: the implementations PLANTED delegates to; a mutant plants a broken one
 SOUND = {"make": autocast_region, "decorate": custom_fwd, "decorate_backward": custom_bwd,
+         "decorate_cuda": custom_fwd_cuda, "decorate_backward_cuda": custom_bwd_cuda,
          "island": disabled, "island_function": island_function, "runs": run_in_region}
 _PLANTED: dict[str, Callable] = dict(SOUND)
 
@@ -367,6 +376,11 @@ PLANTED = [
                 build=lambda d: lambda *x: _PLANTED["island_function"](*x),
                 reference=float32_body),
     runner_decl("planted.runner", lambda body, p, d: _PLANTED["runs"](body, p, d)),
+    # the same decorator on CUDA: its backward state checked on a fake cuda device
+    ForwardDecorator(name="planted.forward_cuda", decorate=lambda fn: _PLANTED[
+        "decorate_cuda"](fn), cast_dtype=torch.float32, casts_on=("cuda",), devices=("cuda",),
+        decorate_backward=lambda fn: _PLANTED["decorate_backward_cuda"](fn), library="torch",
+        version=torch.__version__),
     *planted_shapes.PLANTED,  # planted.swap, planted.predicate, planted.scaler
     *planted_islands.PLANTED,  # planted.island_region, island_before, island_arguments
 ]
