@@ -599,3 +599,18 @@ def test_an_island_that_computes_in_its_inputs_dtype_is_a_shape(pytester, body, 
     assert outcomes.get("passed", 0) >= 2
     if says:
         assert says in result.stdout.str()
+
+
+def test_a_fake_device_skip_names_a_library_whose_folder_starts_like_torchs(tmp_path):
+    """The library's frame is found by whole path components: a package named torchmetrics
+    (or torchvision, torchaudio) is the library's, not torch's."""
+    import os
+
+    from amp_conformance.checks.wrappers import fake_calls
+
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    assert fake_calls._library(os.path.join(site, "torchmetrics", "image", "arniqa.py"))
+    assert not fake_calls._library(os.path.join(site, "torch", "nn", "modules", "module.py"))
+    assert not fake_calls._library(fake_calls.__file__)
+    assert not fake_calls._library(contextlib.__file__)
+    assert fake_calls._library(str(tmp_path / "mylib" / "kernels.py"))

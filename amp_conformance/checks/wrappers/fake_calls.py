@@ -35,14 +35,30 @@ from amp_conformance.core.target import FAKE_AUTOGRAD
 
 aten = torch.ops.aten
 _OURS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_SKIPPED = (os.path.dirname(os.path.abspath(torch.__file__)), _OURS,
-            os.path.dirname(os.path.abspath(contextlib.__file__)))
+#: torch and this package: never the library's frame
+_SKIPPED = (os.path.dirname(os.path.abspath(torch.__file__)), _OURS)
+_STDLIB = os.path.dirname(os.path.abspath(contextlib.__file__))
 PREFIX = "not applicable on a fake device: "
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies in ``folder``, compared by whole components (``torch`` does not
+    hold ``torchmetrics``)."""
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # another drive
+        return False
+
+
 def _library(filename: str) -> bool:
+    if filename.startswith("<"):
+        return False
     path = os.path.abspath(filename)
-    return not path.startswith(_SKIPPED) and not path.startswith("<")
+    if any(_inside(path, folder) for folder in _SKIPPED):
+        return False
+    # the standard library, not the packages installed under it
+    return not (_inside(path, _STDLIB) and not {"site-packages", "dist-packages"}
+                & set(path.split(os.sep)))
 
 
 def call_site(tb: TracebackType | None = None) -> str:
