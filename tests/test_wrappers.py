@@ -95,6 +95,23 @@ def test_bad_declaration_through_the_option_is_a_usage_error(pytester):
         result.stderr.fnmatch_lines([f"*--wrapper {spec}: {words}*"])
 
 
+def test_a_wrapper_option_that_claims_another_device_is_a_usage_error(pytester):
+    """A --wrapper whose declarations claim none of the run's device would run nothing in
+    silence (with -k wrapper: pytest's bare "no tests ran"): it names their devices."""
+    pytester.makepyfile(cuda_decl="""
+        import dataclasses
+        from amp_conformance.checks.wrappers.planted import REFERENCE
+        ONLY_CUDA = [dataclasses.replace(REFERENCE[2], name="x.island", devices=("cuda",))]
+    """)
+    pytester.syspathinsert()
+    result = pytester.runpytest(*SUITE, "--device", "cpu", "--wrapper", "cuda_decl:ONLY_CUDA",
+                                "-k", "wrapper")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--wrapper cuda_decl:ONLY_CUDA: no wrapper it declares claims "
+                                 "device 'cpu' (x.island: cuda): run with --device one of "
+                                 "theirs (add --fake*"])
+
+
 def test_a_name_declared_twice_is_a_usage_error(pytester):
     result = pytester.runpytest(*SUITE, "--wrapper", f"{PLANTED}:REFERENCE",
                                 "--wrapper", f"{PLANTED}:REFERENCE")

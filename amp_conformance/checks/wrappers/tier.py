@@ -59,6 +59,9 @@ class WrapperTier(Tier):
                 raise pytest.UsageError(f"amp-conformance: {where}: wrapper {decl.name!r}: name: "
                                         f"declared twice (also by {named[decl.name]})")
             named[decl.name] = where
+        for spec in config.getoption("amp_wrappers") or []:
+            where = f"--wrapper {spec}"
+            _claims_the_device(where, [d for w, d in found if w == where], run.device)
         return {"wrappers": tuple(decl for _, decl in found)}
 
     def enabled(self, settings: Any) -> bool:
@@ -74,6 +77,18 @@ class WrapperTier(Tier):
 
     def markdown(self, data: dict[str, Any]) -> list[str]:
         return report.markdown_section(data)
+
+
+def _claims_the_device(where: str, given: list[Any], device: str) -> None:
+    """A ``--wrapper`` none of whose declarations claims the run's device would run nothing
+    in silence: a usage error naming each one's devices."""
+    if not given or any(device in d.devices for d in given):
+        return
+    claimed = "; ".join(f"{d.name}: {', '.join(d.devices)}" for d in given[:6])
+    raise pytest.UsageError(f"amp-conformance: {where}: no wrapper it declares claims device "
+                            f"{device!r} ({claimed}{'; ...' if len(given) > 6 else ''}): run "
+                            "with --device one of theirs (add --fake for a device this "
+                            "machine lacks)")
 
 
 def params(metafunc: Any, settings: Any) -> list[Any]:
