@@ -614,3 +614,19 @@ def test_a_fake_device_skip_names_a_library_whose_folder_starts_like_torchs(tmp_
     assert not fake_calls._library(fake_calls.__file__)
     assert not fake_calls._library(contextlib.__file__)
     assert fake_calls._library(str(tmp_path / "mylib" / "kernels.py"))
+
+
+def _forgets_to_leave(x):
+    return (x @ x.mT).float()  # the product in the caller's region
+
+
+def test_a_nesting_failure_reproduces_the_nesting_its_first_line_names():
+    decl = Float32Island("test.forgets", devices=("cpu",), build=lambda d: _forgets_to_leave)
+    with pytest.raises(ConformanceFailure) as info:
+        island.check_nesting(_case(decl, "nesting"))
+    text = str(info.value)
+    assert "inside float16 > bfloat16 (inputs in bfloat16): aten.mm.default computed in " \
+           "bfloat16" in text
+    assert ("    with torch.autocast('cpu', dtype=torch.float16):\n"
+            "        with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+            "            out = island(*[t.to(torch.bfloat16)") in text

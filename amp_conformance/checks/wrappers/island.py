@@ -199,7 +199,8 @@ def check_nesting(case: WrapperCase) -> None:
     back; a context-manager island also around a region (its ops in that region's dtype,
     the island's float32 back after it) and around itself."""
     t, dev, amp = target(case), case.device, case.amp_dtype
-    problems = []
+    problems: list[str] = []
+    first: tuple[tuple[torch.dtype | None, ...], torch.dtype] | None = None
     with kept(dev), on_device(t):
         island, made, rules = built(case)
         for dtypes in ((other_dtype(amp), amp), (amp, None)):
@@ -214,12 +215,31 @@ def check_nesting(case: WrapperCase) -> None:
                     changes = before.diff(AutocastState.capture(dev))
                 lower = trace.lower(**parts(case, xs, dtypes[-1]))
                 inputs = f" ({as_sent(rules, xs, dtype)})"
-                problems += [f"inside {where}{inputs}: {lower}"] if lower else []
-                problems += [f"inside {where}{inputs}, after it: {c}" for c in changes]
+                found = ([f"inside {where}{inputs}: {lower}"] if lower else []) + [
+                    f"inside {where}{inputs}, after it: {c}" for c in changes]
+                first = first or ((dtypes, dtype) if found else None)
+                problems += found
         if case.wrapper.context is not None:
             problems += _context_nesting(case, t, activations(t, rules, made, amp))
     if problems:
-        F.fail(case, F.ISLAND_NESTING, problems, _repro(case, amp))
+        F.fail(case, F.ISLAND_NESTING, problems,
+               _nested_repro(case, *first) if first else _repro(case, amp))
+
+
+def _nested_repro(case: WrapperCase, dtypes: tuple[torch.dtype | None, ...],
+                  dtype: torch.dtype) -> list[str]:
+    """The nesting the first problem names: its regions, outermost first, the inputs in
+    what the innermost hands on."""
+    d, lines = case.device, [f"island = decl.island({case.device!r}); x = decl.inputs({case.device!r})"]
+    for depth, region in enumerate(dtypes):
+        lines.append("    " * depth + (f"with torch.autocast({d!r}, enabled=False):"
+                                       if region is None else
+                                       f"with torch.autocast({d!r}, dtype={region}):"))
+    inner = "    " * len(dtypes)
+    return [*lines,
+            f"{inner}out = island(*[t.to({dtype}) if t.is_floating_point() else t for t in x])",
+            f"{inner}print(out.dtype, torch.is_autocast_enabled({d!r}), "
+            f"torch.get_autocast_dtype({d!r}))"]
 
 
 def _context_nesting(case: WrapperCase, t: Target, xs: tuple[Any, ...]) -> list[str]:
