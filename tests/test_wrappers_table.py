@@ -189,3 +189,19 @@ def test_wrapper_sessions_are_off_the_default_run_and_ci():
     assert not any(a.startswith("--xfail-file=") for a in noxfile.wrapper_command("open_clip"))
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "wrappers" not in ci and "examples/wrappers" not in ci
+
+
+_COUNTS = {"twenty": 20, "twenty-one": 21, "twenty-two": 22, "twenty-three": 23,
+           "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19}
+
+
+def test_the_pages_counts_of_libraries_are_the_tables():
+    """The words that count libraries in docs/wrappers.md's prose: the declared folders, and
+    the libraries with fake cuda rows in the generated table."""
+    text = DOC.read_text(encoding="utf-8")
+    declared = _COUNTS[text.split("The declarations of ")[1].split()[0]]
+    assert declared == len(SESSIONS)
+    fake = _COUNTS[text.split("(`cuda (fake)` rows): ")[1].split()[0]]
+    table = generated.section(text, wt.BEGIN, wt.END)
+    assert fake == len({row.split("|")[1].strip() for row in table.splitlines()
+                        if "| cuda (fake) |" in row})
