@@ -89,7 +89,7 @@ def _lower_precision(case: WrapperCase) -> bool:
     return bool(rules & ({REGION} if w.core == INPUT else {INPUT, REGION}))
 
 
-def reference_inputs(case: WrapperCase, rules: Any, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+def _reference_inputs(case: WrapperCase, rules: Any, xs: tuple[Any, ...]) -> tuple[Any, ...]:
     """What the reference computation is given: an island whose core keeps its input's
     dtype promises the computation in that dtype outside autocast, so the inputs as sent;
     any other the float32 computation's."""
@@ -230,7 +230,8 @@ def _nested_repro(case: WrapperCase, dtypes: tuple[torch.dtype | None, ...],
                   dtype: torch.dtype) -> list[str]:
     """The nesting the first problem names: its regions, outermost first, the inputs in
     what the innermost hands on."""
-    d, lines = case.device, [f"island = decl.island({case.device!r}); x = decl.inputs({case.device!r})"]
+    d = case.device
+    lines = [f"island = decl.island({d!r}); x = decl.inputs({d!r})"]
     for depth, region in enumerate(dtypes):
         lines.append("    " * depth + (f"with torch.autocast({d!r}, enabled=False):"
                                        if region is None else
@@ -279,7 +280,7 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
     else:
         reference = case.wrapper.reference or island
         with torch.autocast(case.device, enabled=False):
-            out = reference(*reference_inputs(case, rules, xs))
+            out = reference(*_reference_inputs(case, rules, xs))
     loss = [o.float().sum() for o in tensors_in(out) if o.is_floating_point() and o.requires_grad]
     if not loss:
         raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
@@ -294,9 +295,10 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
 def check_grad(case: WrapperCase) -> None:
     """Gradients reach every floating input (float32 leaves, sent in the amp dtype) and
     every parameter, each in its own dtype, equal to those of the reference computation
-    (``reference_inputs``; an input's within the amp dtype's tolerances, as it was sent in it; a parameter's,
-    where the island declares a part in a lower precision, within them once per rounding
-    it crosses there and back); not applicable where no output depends on either."""
+    (``_reference_inputs``; an input's within the amp dtype's tolerances, as it was sent
+    in it; a parameter's, where the island declares a part in a lower precision, within
+    them once per rounding it crosses there and back); not applicable where no output
+    depends on either."""
     dev, problems = case.device, []
     with kept(dev), grad_and_dtype_restored():
         torch.set_grad_enabled(True)
@@ -338,9 +340,9 @@ def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None
 
 def check_numerics(case: WrapperCase) -> None:
     """The output inside a region equals the reference computation's on the same inputs
-    (``reference_inputs``; the declared reference, or the island outside any region),
-    within the output dtype's
-    tolerances (the amp dtype's where the island declares a part in a lower precision)."""
+    (``_reference_inputs``; the declared reference, or the island outside any region),
+    within the output dtype's tolerances (the amp dtype's where the island declares a part
+    in a lower precision)."""
     dev, amp, problems = case.device, case.amp_dtype, []
     with kept(dev), torch.no_grad():
         island, made, rules = built(case)
@@ -351,7 +353,7 @@ def check_numerics(case: WrapperCase) -> None:
             with torch.autocast(dev, dtype=amp):
                 out = island(*xs)
             with torch.autocast(dev, enabled=False):
-                want = (case.wrapper.reference or island)(*reference_inputs(case, rules, xs))
+                want = (case.wrapper.reference or island)(*_reference_inputs(case, rules, xs))
             problems += _differences(out, want, f"{as_sent(rules, xs, dtype)}: ", tolerance,
                                      _reference(case))
     if problems:
