@@ -216,7 +216,8 @@ def test_devices_looks_at_every_call_inside_an_island():
         with pytest.raises(ConformanceFailure) as info:
             check_devices(_case(decl, "devices"))
     assert "it changed cuda's autocast state" in str(info.value)
-    assert "in a region, inside the island, at call 2 (mT): cuda enabled=False" in str(info.value)
+    assert "in a region, inside the island, at call 2 (mT): cuda reads enabled=False" \
+        in str(info.value)
 
 
 def _routing(s):
@@ -293,6 +294,11 @@ def test_a_fake_matmul_of_two_dtypes_raises_as_the_kernel_does():
         island.check_float32(_case(decl, "float32"))
     with pytest.raises(RuntimeError, match="expected both operands to have the same dtype"):
         island.check_float32(_case(decl, "float32", "cuda", fake=True))
+    # its weights left on the host: the device's own error is the device mismatch
+    stays = Float32Island("test.stays_on_host", devices=("cuda",),
+                          build=lambda d: ForgetsTheCast(8, 3))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        island.check_float32(_case(stays, "float32", "cuda", fake=True))
 
 
 def test_what_a_fake_device_cannot_do_is_a_named_skip():
@@ -365,6 +371,49 @@ def test_a_broken_runner_fails_naming_its_promise(runs, check, promise, detail):
         with pytest.raises(ConformanceFailure) as info:
             RUNNER_CHECKS[check](case)
     assert f"broken promise: {promise}" in str(info.value) and detail in str(info.value)
+
+
+def _loads_then_breaks(body, precision, device):
+    """A training loop's step that draws its batch from a DataLoader (whose base seed is read
+    with item(): a number without a value on a fake device) and then breaks by itself."""
+    next(iter(torch.utils.data.DataLoader([0.0, 1.0], batch_size=2)))
+    with torch.autocast(device, dtype=planted.PRECISIONS[precision]):
+        body()
+    raise ValueError("the library's own bug, after the forward")
+
+
+@pytest.mark.parametrize("device,fake", [("cpu", False), ("cuda", True)])
+def test_a_librarys_own_error_after_an_item_is_its_failure_on_a_fake_device(device, fake):
+    """A number without a value excuses only what it decides or a torch call it reaches:
+    the library's own error after it is the library's, on a fake device as on cpu."""
+    decl = dataclasses.replace(RUNNER, name="breaks", runs=_loads_then_breaks,
+                               devices=("cpu", "cuda"))
+    case = next(c for c in cases([decl], device, (torch.bfloat16,), fake)
+                if c.check == "restored")
+    with pytest.raises(ValueError, match="the library's own bug"), \
+            on_device(Target(device, fake)):
+        runner.check_restored(case)
+
+
+class CodebookOfItsSize(torch.nn.Module):
+    """A quantizer whose codebook's size is read with item() and then made with arange (as
+    vector-quantize-pytorch's FSQ does): on a fake device the size has no value."""
+
+    def __init__(self, device):
+        super().__init__()
+        levels = torch.tensor([3, 3], device=device)
+        self.codebook = torch.arange(levels.prod().item(), device=device).float()
+
+    def forward(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return x.float() * self.codebook.mean()
+
+
+def test_a_torch_call_given_a_number_without_a_value_is_a_named_skip():
+    decl = Float32Island("test.codebook", devices=("cuda",), build=CodebookOfItsSize)
+    with pytest.raises(NotApplicable, match=r"arange\(\) was given the number Tensor.item\(\) "
+                       r"gave at tests/test_islands\.py:\d+ \(__init__\).*which has no value"):
+        _checked(decl, "float32", "cuda", True, torch.bfloat16)
 
 
 def test_on_a_fake_cuda_device_a_region_factory_is_held_to_cudas_state_alone():
@@ -506,11 +555,12 @@ def test_a_devices_failure_reproduces_the_scenario_its_text_names(decl):
             check_devices(case)
     text = str(info.value)
     lines = text.split("\n")
-    # "<point>: <what was seen> instead of/, set to ...", or "it went another way: <point>
-    # instead of <the point the run without the other device's state reached>"
+    # "<point>: <what was seen> instead of/, where it was set to ...", or "it went another
+    # way: <point> instead of <the point the run without the other device's state reached>"
     seen = lines[2].strip().removeprefix("it went another way: ")
     point, observed = re.split(r": | instead of ", seen, maxsplit=1)
-    observed = re.split(r" instead of |, set to ", observed)[0] if ": " in seen else ""
+    observed = re.split(r" instead of |, where it was set to ", observed)[0] if ": " in seen \
+        else ""
     code = [line[4:] for line in lines[lines.index("  reproduce:") + 1:]]
     assert code[1].startswith("decl = ...")
     cuda = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))

@@ -9,7 +9,8 @@
   running torch has are answered, so code calling one it lacks fails as on the device.
 - ``Tensor.item()`` gives a number without a value (:class:`NoValue`): printed, logged or
   added up it is fine; deciding a branch, compared or made an index it raises
-  ``NotApplicable`` naming the call, as do ``tolist()`` and ``numpy()``.
+  ``NotApplicable`` naming the call, as do ``tolist()`` and ``numpy()``, and a torch call
+  that fails given one (:class:`Valueless`). Any other error is the library's.
 - Assignment through indexing (``x[mask] = 0``, ``x[:, 0] = y``) is the op it stands for.
 - ``backward()`` is not applicable (autograd on fake tensors of an absent device aborts the
   process), named with the call.
@@ -29,6 +30,7 @@ from typing import Any
 from unittest import mock
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from amp_conformance.core.errors import NotApplicable
 from amp_conformance.core.target import FAKE_AUTOGRAD
@@ -80,11 +82,6 @@ def not_applicable(what: str, tb: TracebackType | None = None) -> NotApplicable:
     return NotApplicable(PREFIX + (f"{site}: {what}" if site else what))
 
 
-#: where Tensor.item() gave a number without a value, in this run of the fake device (an
-#: error after one may come from the value it lacks)
-HANDED: list[str] = []
-
-
 class NoValue(float):
     """What ``Tensor.item()`` gives on a fake device: a number without a value (nan in
     print). Arithmetic gives another; anything that decides on it raises NotApplicable."""
@@ -94,7 +91,6 @@ class NoValue(float):
     def __new__(cls, site: str) -> NoValue:
         made = super().__new__(cls, "nan")
         made.site = site
-        HANDED.append(site)
         return made
 
     def _decides(self, *_: Any) -> Any:
@@ -110,6 +106,31 @@ class NoValue(float):
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _again
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __pow__ = __rpow__ = _again
     __neg__ = __pos__ = __abs__ = __mod__ = __rmod__ = _again
+
+
+def _no_value_in(values: Any) -> NoValue | None:
+    return next((v for v in torch.utils._pytree.tree_leaves(values) if isinstance(v, NoValue)),
+                None)
+
+
+class Valueless(TorchFunctionMode):
+    """A torch call that raises when given a number without a value (``torch.arange`` of
+    one, as in a codebook's size read with ``item()``) is not applicable, named with the
+    call and where the number came from; any other error is the library's own."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            given = _no_value_in((args, kwargs))
+            if given is None:
+                raise
+            name = getattr(func, "__name__", str(func))
+            said = " ".join(str(exc).split())[:300]
+            raise not_applicable(f"{name}() was given the number Tensor.item() gave at "
+                                 f"{given.site}, which has no value (fake tensors carry none): "
+                                 f"{type(exc).__name__}: {said}") from exc
 
 
 _PROPERTIES = SimpleNamespace(name="amp-conformance fake device", major=9, minor=0,

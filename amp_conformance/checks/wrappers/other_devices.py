@@ -72,7 +72,7 @@ class Shown(_Seen):
     def look(self, point: str, own: Any = None) -> None:
         super().look(point, own)
         print(f"{point}: {self.own[-1][1]!r}; " + "; ".join(
-            f"{d} {_state(s)}" for d, s in self.theirs[-1][1].items()))
+            f"{d} reads {_state(s)}" for d, s in self.theirs[-1][1].items()))
 
 
 def computed(trace: I.Trace, out: Any) -> tuple[Any, ...]:
@@ -217,7 +217,8 @@ def _changed(seen: _Seen, state: dict[str, State]) -> list[str]:
     for point, theirs in seen.theirs:
         for d, got in theirs.items():
             if got != state[d]:
-                found.append(f"{point}: {d} {_state(got)}, set to {_state(state[d])}")
+                found.append(f"{point}: {d} reads {_state(got)}, where it was set to "
+                             f"{_state(state[d])}")
     return found
 
 
