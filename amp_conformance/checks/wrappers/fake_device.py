@@ -128,7 +128,8 @@ def _methods(device: str) -> contextlib.ExitStack:
 
 
 class _AsTheDevice(TorchDispatchMode):
-    """Refuses a matmul or convolution of two floating dtypes, as the device's kernel does;
+    """Refuses a matmul or convolution of operands on two devices or of two floating dtypes,
+    as the device's kernel does;
     random fills fill nothing (fake tensors have no values; the device's generator is
     absent); a constant copied onto the device forgets its value (FakeTensorMode would copy
     it for real, onto a device the build lacks); reading a value is not applicable, named
@@ -151,7 +152,11 @@ class _AsTheDevice(TorchDispatchMode):
         where = _SAME_DTYPE.get(func)
         if where is not None:
             a, b = (args[i] for i in where)
-            if a.dtype != b.dtype and a.device == b.device:  # two devices: the device's error
+            if a.device != b.device:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found "
+                                   f"at least two devices, {a.device} and {b.device}! ({func}: "
+                                   "the device's kernel refuses them; so does the fake device)")
+            if a.dtype != b.dtype:
                 raise RuntimeError(f"{func}: expected both operands to have the same dtype, "
                                    f"but got: {a.dtype} != {b.dtype} (the device's kernel "
                                    "refuses them; so does the fake device)")
