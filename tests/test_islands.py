@@ -680,3 +680,43 @@ def test_a_nesting_failure_reproduces_the_nesting_its_first_line_names():
     assert ("    with torch.autocast('cpu', dtype=torch.float16):\n"
             "        with torch.autocast('cpu', dtype=torch.bfloat16):\n"
             "            out = island(*[t.to(torch.bfloat16)") in text
+
+
+def _polar(x, freqs, bias):
+    """Polar positions as a library writes them: the float32 angles made from arguments the
+    library always makes in float32 first, then work in the input's dtype before the
+    float32 core, the core's result in float32."""
+    with torch.autocast(x.device.type, enabled=False):
+        angles = freqs + bias  # float32 arguments alone: prepares the core
+        magnitude = torch.nn.functional.softplus(x)  # the input's dtype, before the core
+        return magnitude.float() * torch.cos(angles)
+
+
+POLAR = Float32Island("test.polar", devices=("cpu",), build=lambda d: _polar,
+                      inputs=lambda d: (tensor(4, 8, device=d), tensor(8, device=d),
+                                        tensor(8, device=d)),
+                      arguments=(None, torch.float32, torch.float32), before="input")
+
+
+@pytest.mark.parametrize("check", ["float32", "nesting"])
+def test_work_on_arguments_made_in_float32_does_not_start_the_core(check):
+    """The float32 core starts at the first float32 op on what the region sent: an op on
+    arguments the library always makes in float32 prepares it (before: the softplus after
+    it was held to float32, 'in its float32 core')."""
+    CHECKS[check](_case(POLAR, check))
+
+
+def _cut_in_a_region(x):
+    """A fast path for the region's lower-precision activations that forgets autograd."""
+    with torch.autocast(x.device.type, enabled=False):
+        y = x.float().exp()
+        return y.detach() if x.dtype != torch.float32 else y
+
+
+def test_an_island_that_cuts_its_graph_in_a_region_alone_fails_grad():
+    """No gradient inside a region where the float32 computation has one is the island's
+    failure, not 'no gradient to check'."""
+    decl = Float32Island("test.cuts", devices=("cpu",), build=lambda d: _cut_in_a_region)
+    with pytest.raises(ConformanceFailure, match="inside a region no output depends on a "
+                       "floating input or a parameter; in the float32 computation they do"):
+        island.check_grad(_case(decl, "grad"))

@@ -101,6 +101,12 @@ def _reference(case: WrapperCase) -> str:
             if case.wrapper.core == INPUT else "the float32 computation")
 
 
+def _activations_of(rules: Any, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The inputs sent as the region's activations (or built from one), not those the
+    library always makes in one dtype (``arguments``)."""
+    return tuple(x for rule, x in zip(rules, xs, strict=True) if not isinstance(rule, torch.dtype))
+
+
 def _returns_problem(case: WrapperCase, out: Any, xs: tuple[Any, ...],
                      region: torch.dtype | None) -> str | None:
     declared = case.wrapper.returns
@@ -131,7 +137,7 @@ def check_float32(case: WrapperCase) -> None:
         for dtype in (case.amp_dtype, torch.float32):
             xs = activations(t, rules, made, dtype)
             with t.autocast(case.amp_dtype):
-                trace, out = run_traced(island, xs)
+                trace, out = run_traced(island, xs, sources=_activations_of(rules, xs))
             lower = trace.lower(**parts(case, xs, case.amp_dtype))
             sent = as_sent(rules, xs, dtype)
             if lower:
@@ -211,7 +217,7 @@ def check_nesting(case: WrapperCase) -> None:
                 xs = activations(t, rules, made, dtype)
                 with _regions(t, dtypes):
                     before = AutocastState.capture(dev)
-                    trace, _ = run_traced(island, xs)
+                    trace, _ = run_traced(island, xs, sources=_activations_of(rules, xs))
                     changes = before.diff(AutocastState.capture(dev))
                 lower = trace.lower(**parts(case, xs, dtypes[-1]))
                 inputs = f" ({as_sent(rules, xs, dtype)})"
@@ -266,9 +272,13 @@ def _context_nesting(case: WrapperCase, t: Target, xs: tuple[Any, ...]) -> list[
     return problems
 
 
+Grads = tuple[list[torch.Tensor | None], list[tuple[str, torch.Tensor | None]], Any]
+
+
 def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[Any, ...],
-           in_region: bool
-           ) -> tuple[list[torch.Tensor | None], list[tuple[str, torch.Tensor | None]], Any]:
+           in_region: bool) -> Grads | None:
+    """The inputs' and parameters' gradients of one call (None: no output depends on
+    either)."""
     leaves = [t.detach().clone().requires_grad_() if floating(t) else t for t in made]
     params = list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
     for _, p in params:
@@ -283,8 +293,7 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
             out = reference(*_reference_inputs(case, rules, xs))
     loss = [o.float().sum() for o in tensors_in(out) if o.is_floating_point() and o.requires_grad]
     if not loss:
-        raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
-                            "floating input or a parameter: no gradient to check")
+        return None
     try:
         sum(loss).backward()
     except RuntimeError as exc:
@@ -305,8 +314,21 @@ def check_grad(case: WrapperCase) -> None:
         island, made, rules = built(case)
         tolerance = (_crossing(case, island, by_hand(rules, made, case.amp_dtype), 2)
                      if _lower_precision(case) else {})
-        got, got_params, _ = _grads(case, island, made, rules, in_region=True)
-        want, want_params, _ = _grads(case, island, made, rules, in_region=False)
+        reference = _grads(case, island, made, rules, in_region=False)
+        inside = _grads(case, island, made, rules, in_region=True)
+    if reference is None:
+        trained = [n for n, p in _parameters(island) if p.requires_grad]
+        held = (f" (though {len(trained)} of its parameters require"
+                f"{'s' if len(trained) == 1 else ''} grad: {', '.join(trained[:3])})"
+                if trained else "")
+        raise NotApplicable(f"not applicable: no output of {case.wrapper.name} depends on a "
+                            f"floating input or a parameter{held}, inside a region or in "
+                            f"{_reference(case)}: no gradient to check")
+    if inside is None:
+        F.fail(case, F.ISLAND_GRAD, [f"inside a region no output depends on a floating input "
+                                     f"or a parameter; in {_reference(case)} they do"],
+               _repro(case, case.amp_dtype, ["print(out.requires_grad)"]))
+    (got, got_params, _), (want, want_params, _) = inside, reference
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         # an input sent in the amp dtype has its gradient summed in that dtype, where it is
         # used twice: within the amp dtype's tolerances, whatever the island
@@ -319,6 +341,10 @@ def check_grad(case: WrapperCase) -> None:
     if problems:
         F.fail(case, F.ISLAND_GRAD, problems, _repro(case, case.amp_dtype, [
             "out.float().sum().backward()"]))
+
+
+def _parameters(island: Any) -> list[tuple[str, torch.Tensor]]:
+    return list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
 
 
 def _grad_problem(what: str, got: torch.Tensor | None, want: torch.Tensor | None,

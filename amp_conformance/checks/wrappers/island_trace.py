@@ -36,14 +36,28 @@ class Trace(TorchDispatchMode):
     floating dtype); with ``raise_first``, raises :class:`Raised` at the first op that
     computes."""
 
-    def __init__(self, raise_first: bool = False):
+    def __init__(self, raise_first: bool = False, sources: Any = None):
         super().__init__()
         self.ops: list[tuple[str, tuple[torch.dtype, ...]]] = []
         self.raise_first = raise_first
         self.core_end: int | None = None
-        #: per op, whether it took a floating tensor (a factory does not start the core)
+        #: per op, whether it took a floating tensor that comes from ``sources`` (the inputs
+        #: sent as the region's activations; None: any floating tensor): work on a
+        #: parameter, a constant or an argument always made in float32 alone prepares the
+        #: core, it does not start it
         self.fed: list[bool] = []
         self._computed: dict[int, torch.Tensor] = {}  # kept alive: ids stay unique
+        self._sourced: dict[int, torch.Tensor] | None = None if sources is None else {
+            id(t): t for t in tensors_in(sources) if t.is_floating_point()}
+
+    def _fed(self, args: Any, out: list[torch.Tensor]) -> bool:
+        given = [a for a in tensors_in(args) if a.is_floating_point()]
+        if self._sourced is None:
+            return bool(given)
+        sourced = any(id(a) in self._sourced for a in given)
+        if sourced:
+            self._sourced.update((id(t), t) for t in out)
+        return sourced
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         computes = func not in CASTS and not getattr(func, "is_view", False)
@@ -51,9 +65,10 @@ class Trace(TorchDispatchMode):
             raise Raised(f"raised inside the island, at {func}")
         out = func(*args, **(kwargs or {}))
         floating = [t for t in tensors_in(out) if t.is_floating_point()]
+        fed = self._fed((args, kwargs), floating)
         if computes:
             self.ops.append((str(func), tuple(t.dtype for t in floating)))
-            self.fed.append(any(a.is_floating_point() for a in tensors_in((args, kwargs))))
+            self.fed.append(fed)
             self._computed.update((id(t), t) for t in floating)
             return out
         computed = [a for a in tensors_in(args) if id(a) in self._computed]
@@ -70,7 +85,8 @@ class Trace(TorchDispatchMode):
 
     @property
     def core_start(self) -> int | None:
-        """The first op that computed in float32 from a floating tensor (None: none did)."""
+        """The first op that computed in float32 from a floating tensor of the sources (None:
+        none did)."""
         return next((i for i, (_, dtypes) in enumerate(self.ops)
                      if torch.float32 in dtypes and self.fed[i]), None)
 
@@ -100,8 +116,8 @@ class Trace(TorchDispatchMode):
         return None
 
 
-def run_traced(island: Any, xs: tuple[Any, ...], raise_first: bool = False
-               ) -> tuple[Trace, Any]:
-    with Trace(raise_first) as trace:
+def run_traced(island: Any, xs: tuple[Any, ...], raise_first: bool = False,
+               sources: Any = None) -> tuple[Trace, Any]:
+    with Trace(raise_first, sources) as trace:
         out = island(*xs)
     return trace, out
