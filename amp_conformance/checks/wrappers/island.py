@@ -280,7 +280,7 @@ def _grads(case: WrapperCase, island: Any, made: tuple[Any, ...], rules: tuple[A
     """The inputs' and parameters' gradients of one call (None: no output depends on
     either)."""
     leaves = [t.detach().clone().requires_grad_() if floating(t) else t for t in made]
-    params = list(island.named_parameters()) if isinstance(island, torch.nn.Module) else []
+    params = _parameters(island)
     for _, p in params:
         p.grad = None
     xs = by_hand(rules, tuple(leaves), case.amp_dtype)
@@ -335,7 +335,7 @@ def check_grad(case: WrapperCase) -> None:
         problems += _grad_problem(f"input {i}", g, w, torch.float32,
                                   _AMP_TOLERANCE[case.amp_dtype], _reference(case))
     for (name, g), (_, w) in zip(got_params, want_params, strict=True):
-        p = dict(island.named_parameters())[name]
+        p = dict(_parameters(island))[name]
         problems += _grad_problem(f"parameter {name}", g, w, p.dtype, tolerance,
                                   _reference(case))
     if problems:

@@ -246,9 +246,10 @@ def region_decl(name: str, make: Callable, **extra: Any) -> RegionFactory:
                          library="torch", version=torch.__version__, **extra)
 
 
-def forward_decl(name: str, decorate: Callable, backward: Callable | None) -> ForwardDecorator:
+def forward_decl(name: str, decorate: Callable, backward: Callable | None,
+                 device: str = DEVICE) -> ForwardDecorator:
     return ForwardDecorator(name=name, decorate=decorate, cast_dtype=torch.float32,
-                            casts_on=(DEVICE,), devices=(DEVICE,), decorate_backward=backward,
+                            casts_on=(device,), devices=(device,), decorate_backward=backward,
                             library="torch", version=torch.__version__)
 
 
@@ -377,10 +378,8 @@ PLANTED = [
                 reference=float32_body),
     runner_decl("planted.runner", lambda body, p, d: _PLANTED["runs"](body, p, d)),
     # the same decorator on CUDA: its backward state checked on a fake cuda device
-    ForwardDecorator(name="planted.forward_cuda", decorate=lambda fn: _PLANTED[
-        "decorate_cuda"](fn), cast_dtype=torch.float32, casts_on=("cuda",), devices=("cuda",),
-        decorate_backward=lambda fn: _PLANTED["decorate_backward_cuda"](fn), library="torch",
-        version=torch.__version__),
+    forward_decl("planted.forward_cuda", lambda fn: _PLANTED["decorate_cuda"](fn),
+                 lambda fn: _PLANTED["decorate_backward_cuda"](fn), device="cuda"),
     *planted_shapes.PLANTED,  # planted.swap, planted.predicate, planted.scaler
     *planted_islands.PLANTED,  # planted.island_region, island_before, island_arguments
 ]
