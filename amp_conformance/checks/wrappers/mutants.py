@@ -171,6 +171,15 @@ register(Mutant(
     options=OPTIONS, device="cuda", fake=True,
 ))
 register(Mutant(
+    name="wrapper-island-cuts-its-graph-in-a-region",
+    description="a float32 island whose fast path for the region's lower-precision "
+                "activations detaches its result: no gradient reaches its inputs there",
+    apply=lambda: planted.plant(island_function=planted.cuts_lower_precision),
+    expect=(ISLAND_FUNCTION, F.ISLAND_GRAD, "inside a region no output depends"),
+    select="test_wrapper_island and grad",
+    options=OPTIONS,
+))
+register(Mutant(
     name="wrapper-island-casts-back-wrong",
     description="a float32 island declared to return its input's dtype that casts its "
                 "result to float16 whatever the input",

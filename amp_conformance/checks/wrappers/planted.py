@@ -325,6 +325,13 @@ def island_function(*inputs: torch.Tensor) -> torch.Tensor:
         return float32_body(*inputs).to(inputs[0].dtype)
 
 
+def cuts_lower_precision(*inputs: torch.Tensor) -> torch.Tensor:
+    """island_function with a fast path for lower-precision activations that forgets
+    autograd: inside a region no gradient reaches its inputs."""
+    out = island_function(*inputs)
+    return out.detach() if inputs[0].dtype != torch.float32 else out
+
+
 def run_in_region(body: Callable[[], Any], precision: str, device: str) -> Any:
     """torch.autocast as a runner: one model step whose forward is ``body``."""
     with autocast_region(precision, device):
