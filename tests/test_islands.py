@@ -409,6 +409,23 @@ class CodebookOfItsSize(torch.nn.Module):
             return x.float() * self.codebook.mean()
 
 
+class BadCallOfItsSize(CodebookOfItsSize):
+    """The size given to a call that fails whatever the number (operands of two shapes):
+    the library's own error, not the missing value's."""
+
+    def __init__(self, device):
+        torch.nn.Module.__init__(self)
+        levels = torch.tensor([3, 3], device=device)
+        self.codebook = torch.ones(8, device=device).add(torch.ones(3, device=device),
+                                                         alpha=levels.prod().item())
+
+
+def test_a_torch_call_that_fails_whatever_the_number_is_the_librarys_error():
+    decl = Float32Island("test.bad_codebook", devices=("cuda",), build=BadCallOfItsSize)
+    with pytest.raises(RuntimeError, match="broadcast"):
+        _checked(decl, "float32", "cuda", True, torch.bfloat16)
+
+
 def test_a_torch_call_given_a_number_without_a_value_is_a_named_skip():
     decl = Float32Island("test.codebook", devices=("cuda",), build=CodebookOfItsSize)
     with pytest.raises(NotApplicable, match=r"arange\(\) was given the number Tensor.item\(\) "

@@ -113,10 +113,25 @@ def _no_value_in(values: Any) -> NoValue | None:
                 None)
 
 
+def _works_with_numbers(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the call succeeds with its numbers without a value made 1 or 2: its error
+    came from the value it lacked, not from the call."""
+    for number in (1.0, 2.0):
+        given = torch.utils._pytree.tree_map(
+            lambda v, n=number: n if isinstance(v, NoValue) else v, (args, kwargs))
+        try:
+            func(*given[0], **given[1])
+        except Exception:  # noqa: BLE001 - any failure: not this number
+            continue
+        return True
+    return False
+
+
 class Valueless(TorchFunctionMode):
     """A torch call that raises when given a number without a value (``torch.arange`` of
-    one, as in a codebook's size read with ``item()``) is not applicable, named with the
-    call and where the number came from; any other error is the library's own."""
+    one, as in a codebook's size read with ``item()``), and works given 1 or 2 in its place,
+    is not applicable, named with the call and where the number came from; any other error
+    is the library's own."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -124,7 +139,7 @@ class Valueless(TorchFunctionMode):
             return func(*args, **kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             given = _no_value_in((args, kwargs))
-            if given is None:
+            if given is None or not _works_with_numbers(func, args, kwargs):
                 raise
             name = getattr(func, "__name__", str(func))
             said = " ".join(str(exc).split())[:300]
